@@ -1,0 +1,79 @@
+"""Bind a fast BLAS into MLX's CPU backend before `mlx.core` loads.
+
+The Linux `mlx[cpu]` wheel links the netlib reference BLAS (~5 GFLOP/s sgemm). Loading
+OpenBLAS with RTLD_GLOBAL first makes the dynamic linker resolve MLX's `cblas_*`/`sgemm_`
+symbols to it (~175 GFLOP/s on 2 cores). This has to run before the first `import mlx.core`
+in the process, which is why `targ_mlx/__init__.py` calls it; it does nothing on macOS
+(Accelerate) or when disabled with TARG_MLX_NO_OPENBLAS=1.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import sys
+import warnings
+
+# Debian/Ubuntu: `apt-get install libopenblas0-pthread`; Fedora: openblas-threads.
+_CANDIDATES = (
+    "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0",
+    "/usr/lib/aarch64-linux-gnu/openblas-pthread/libopenblas.so.0",
+    "/usr/lib/x86_64-linux-gnu/libopenblas.so.0",
+    "/usr/lib/aarch64-linux-gnu/libopenblas.so.0",
+    "/usr/lib64/libopenblasp.so.0",
+    "/usr/lib64/libopenblas.so.0",
+    "/usr/lib/libopenblas.so.0",
+)
+
+#: Path of the BLAS bound into MLX, or None (macOS, disabled, not found, or too late).
+BLAS_PATH: str | None = None
+BLAS_STATUS = "not attempted"
+
+
+def find_openblas() -> str | None:
+    explicit = os.environ.get("TARG_MLX_OPENBLAS")
+    if explicit:
+        return explicit if os.path.exists(explicit) else None
+    for path in _CANDIDATES:
+        if os.path.exists(path):
+            return path
+    # A pip-installed scipy-openblas wheel is a fallback on machines without the system package.
+    for site in sys.path:
+        hits = glob.glob(os.path.join(site, "scipy_openblas*", "lib", "libscipy_openblas*.so"))
+        if hits:
+            return hits[0]
+    return None
+
+
+def bind_openblas() -> str | None:
+    """Load OpenBLAS globally if MLX's CPU backend would otherwise use reference BLAS."""
+    global BLAS_PATH, BLAS_STATUS
+    if sys.platform != "linux" or os.environ.get("TARG_MLX_NO_OPENBLAS") == "1":
+        BLAS_STATUS = "skipped (not Linux or TARG_MLX_NO_OPENBLAS=1)"
+        return None
+    if "mlx.core" in sys.modules:
+        BLAS_STATUS = "mlx.core was imported before targ_mlx; reference BLAS in use"
+        warnings.warn(
+            "targ_mlx: mlx.core was imported before targ_mlx, so OpenBLAS could not be bound "
+            "and MLX runs ~30x slower matmuls on CPU; import targ_mlx first.",
+            stacklevel=3,
+        )
+        return None
+    path = find_openblas()
+    if path is None:
+        BLAS_STATUS = "OpenBLAS not found"
+        warnings.warn(
+            "targ_mlx: OpenBLAS not found, MLX uses the slow reference BLAS on CPU. "
+            "Fix: `sudo apt-get install libopenblas0-pthread` (or set TARG_MLX_OPENBLAS=/path/libopenblas.so).",
+            stacklevel=3,
+        )
+        return None
+    try:
+        ctypes.CDLL(path, mode=os.RTLD_GLOBAL)
+    except OSError as e:
+        BLAS_STATUS = f"failed to load {path}: {e}"
+        warnings.warn(f"targ_mlx: could not load OpenBLAS from {path}: {e}", stacklevel=3)
+        return None
+    BLAS_PATH, BLAS_STATUS = path, f"OpenBLAS bound from {path}"
+    return path

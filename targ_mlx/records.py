@@ -1,0 +1,63 @@
+"""The result record of one answered question, shared by the CLI, the log, eval and the TUI.
+
+Plain floats and strings only, so `dataclasses.asdict()` goes straight to JSON or SQLite.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class PassageRef:
+    key: int
+    title: str
+    score: float
+    text: str = ""  # the passage as it went into the prompt (possibly cut to the budget)
+
+
+@dataclass(frozen=True)
+class TokenCounts:
+    prompt: int = 0  # tokens of B(q)
+    draft: int = 0  # tokens decoded by the gate's greedy draft (<= k)
+    context: int = 0  # tokens of retrieved context C that went into the prompt
+    output: int = 0  # tokens of the final answer
+    samples: int = 0  # tokens decoded for the variance gate's N sampled prefixes (all rows)
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Wall-clock seconds per stage of Algorithm 1."""
+
+    draft: float = 0.0  # prefill of B(q) + k greedy draft steps (+ sampled prefixes for variance)
+    gate: float = 0.0  # score arithmetic and decision
+    retrieval: float = 0.0  # query encoding + index search + formatting
+    prefill: float = 0.0  # prefill of B(q)+C when retrieving (0 when continuing the draft)
+    decode: float = 0.0  # decoding after the draft / after the context prefill
+    total: float = 0.0
+
+
+@dataclass(frozen=True)
+class Answer:
+    """Everything about one answered question: the answer, the decision and its cost."""
+
+    question: str
+    answer: str
+    model: str
+    gate: str  # entropy | margin | variance | never | always
+    tau: float
+    score: float | None  # U of the chosen gate (None for never/always)
+    retrieved: bool
+    k: int = 20
+    beta: float = 3.0
+    n_samples: int = 5
+    temperature: float = 0.7
+    scores: dict = field(default_factory=dict)  # every score the draft gave: entropy, margin, variance
+    passages: tuple[PassageRef, ...] = ()
+    tokens: TokenCounts = TokenCounts()
+    latency: Latency = Latency()
+    finish_reason: str = "stop"  # stop (EOS) | length | cancelled
+    rechecked_at: int | None = None  # token index at which an optional re-check triggered retrieval
+
+    def to_dict(self) -> dict:
+        return asdict(self)

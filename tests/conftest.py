@@ -1,0 +1,1 @@
+"""Shared fixtures: the real SmolLM2 backbone (session-scoped) and a small real index."""
