@@ -1,1 +1,62 @@
 """Shared fixtures: the real SmolLM2 backbone (session-scoped) and a small real index."""
+
+
+# --- index fixtures (targ_mlx.index) -------------------------------------------------------------
+import json as _json
+from pathlib import Path as _Path
+
+import pytest as _pytest
+
+SHARED_DATA = _Path(__file__).resolve().parents[2] / "shared" / "data"
+WIKI_POOL = SHARED_DATA / "corpus" / "wiki_pool.jsonl"
+NQ_GOLD = SHARED_DATA / "aligned" / "nq_open_dev_gold.jsonl"
+SMALL_INDEX_GOLD = 50  # NQ-Open dev questions whose gold passage goes into the small index
+SMALL_INDEX_OTHER = 100  # other real passages from the pool (distractors)
+
+
+def _small_corpus_rows() -> tuple[list[dict], list[dict]]:
+    """(passages, questions): gold passages of the first NQ gold questions plus pool distractors."""
+    questions, passages = [], []
+    with open(NQ_GOLD, encoding="utf-8") as f:
+        for line in f:
+            row = _json.loads(line)
+            gold = row["passages"][0]
+            if len(gold["text"]) < 250:
+                continue
+            passages.append({"id": row["qid"], "title": gold["title"], "text": gold["text"]})
+            questions.append({"id": row["qid"], "question": row["question"], "answers": row["answers"],
+                              "gold_title": gold["title"], "gold_text": gold["text"]})
+            if len(questions) == SMALL_INDEX_GOLD:
+                break
+    with open(WIKI_POOL, encoding="utf-8") as f:
+        for line in f:
+            row = _json.loads(line)
+            if row["source"] == "dpr_wiki18_via_searchr1_traces":
+                passages.append({"id": row["id"], "title": row["title"], "text": row["text"]})
+                if len(passages) == SMALL_INDEX_GOLD + SMALL_INDEX_OTHER:
+                    break
+    return passages, questions
+
+
+@_pytest.fixture(scope="session")
+def small_index_corpus(tmp_path_factory) -> _Path:
+    """A JSONL of 150 real Wikipedia passages (50 NQ-Open gold passages + 100 from the pool)."""
+    passages, _ = _small_corpus_rows()
+    path = tmp_path_factory.mktemp("small-corpus") / "small_pool.jsonl"
+    path.write_text("".join(_json.dumps(p) + "\n" for p in passages), encoding="utf-8")
+    return path
+
+
+@_pytest.fixture(scope="session")
+def small_index_questions() -> list[dict]:
+    """The 50 NQ-Open dev questions whose gold passage is in `small_index_dir`:
+    {"id", "question", "answers", "gold_title", "gold_text"}."""
+    return _small_corpus_rows()[1]
+
+
+@_pytest.fixture(scope="session")
+def small_index_dir(tmp_path_factory, small_index_corpus) -> _Path:
+    """A real small index (default MiniLM encoder, f16) over `small_index_corpus`."""
+    from targ_mlx.index import build_index
+
+    return build_index([str(small_index_corpus)], tmp_path_factory.mktemp("index") / "small")

@@ -1,0 +1,250 @@
+"""Benchmarks of the on-disk index (results go to BENCHMARKS.md, section "Index").
+
+  real   vital-articles + wiki_pool with the default encoder: build throughput (encode vs index),
+         recall@5 of HNSW vs exact search over the same vectors (1,000 NQ-Open dev questions),
+         search latency p50/p99 with and without query encoding, answer hit@5 and gold hit@5
+         on the NQ-Open gold set.
+  scale  1M synthetic 384-d vectors from a clustered distribution, f16 and i8: recall@5 vs exact,
+         p50/p99 search, file size, open time view vs load, resident memory after open and after
+         10k queries (each open measured in a fresh subprocess).
+
+    python scripts/bench_index.py real --index index/vital-pool-minilm
+    python scripts/bench_index.py scale --n 1000000 --work /tmp/bench-1m
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO.parent / "shared" / "data"
+DEFAULT_REAL = REPO / "index" / "vital-pool-minilm"
+K = 5
+
+
+def _pct(ms: list[float]) -> dict:
+    a = np.asarray(ms)
+    return {"p50_ms": round(float(np.percentile(a, 50)), 3), "p99_ms": round(float(np.percentile(a, 99)), 3)}
+
+
+def _recall(approx_keys: np.ndarray, exact_keys: np.ndarray) -> float:
+    return float(np.mean([len(set(a) & set(e)) / len(e) for a, e in zip(approx_keys, exact_keys)]))
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def _jsonl(path: Path, n: int | None = None) -> list[dict]:
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            rows.append(json.loads(line))
+            if n and len(rows) == n:
+                break
+    return rows
+
+
+# ----------------------------------------------------------------------------------------- real
+def bench_real(index_dir: Path, n_recall: int, n_latency: int) -> dict:
+    from targ_mlx.index import build_index, open_retriever
+
+    if not (index_dir / "manifest.json").exists():
+        build_index(["vital-articles", str(DATA / "corpus" / "wiki_pool.jsonl")], index_dir)
+    r = open_retriever(index_dir)
+    m = r.manifest
+    n = m["counts"]["passages"]
+    out: dict = {"index": str(index_dir), "manifest_id": r.manifest_id, "passages": n,
+                 "corpora": m["corpora"], "hnsw": m["hnsw"], "dtype": m["dtype"]}
+    t = m["timing"]
+    out["build"] = {
+        "encode_s": t["encode_s"], "index_s": t["index_s"],
+        "encode_passages_per_s": round(n / t["encode_s"], 1),
+        "index_passages_per_s": round(n / max(t["index_s"], 1e-9), 1),
+        "total_passages_per_s": round(n / (t["encode_s"] + t["index_s"]), 1),
+    }
+
+    # recall@5 of HNSW vs exact search over the same stored vectors
+    qs = [q["question"] for q in _jsonl(DATA / "qa" / "nq_open_dev.jsonl", n_recall)]
+    t0 = time.perf_counter()
+    qv = r.encoder.encode_queries(qs, batch_size=128)
+    out["query_encode_batch_ms_per_query"] = round(1000 * (time.perf_counter() - t0) / len(qs), 3)
+    approx = r.index.search(qv, K).keys
+    exact = r.index.search(qv, K, exact=True).keys
+    out["recall_at_5_vs_exact"] = round(_recall(approx, exact), 4)
+    out["n_recall_queries"] = len(qs)
+
+    # latency: one query at a time, as the assistant asks
+    lat_index, lat_lookup, lat_full = [], [], []
+    for q, v in zip(qs[:n_latency], qv[:n_latency]):
+        t0 = time.perf_counter()
+        r.index.search(v, K)
+        lat_index.append(1000 * (time.perf_counter() - t0))
+        t0 = time.perf_counter()
+        r.search_vectors(v[None], K)
+        lat_lookup.append(1000 * (time.perf_counter() - t0))
+        t0 = time.perf_counter()
+        r.search(q, K)
+        lat_full.append(1000 * (time.perf_counter() - t0))
+    out["latency_hnsw_only"] = _pct(lat_index)
+    out["latency_hnsw_plus_sqlite"] = _pct(lat_lookup)
+    out["latency_with_query_encoding"] = _pct(lat_full)
+
+    # answer hit@5 and gold-passage hit@5 on the aligned NQ-Open gold set
+    gold = _jsonl(DATA / "aligned" / "nq_open_dev_gold.jsonl")
+    results = r.search_vectors(r.encoder.encode_queries([g["question"] for g in gold], batch_size=128), K)
+    ans = gold_hit = 0
+    for g, ps in zip(gold, results):
+        texts = [_norm(p.title + " " + p.text) for p in ps]
+        ans += any(_norm(a) in t for a in g["answers"] for t in texts)
+        gtext = _norm(g["passages"][0]["text"])
+        gold_hit += any(_norm(p.text) in gtext or gtext in _norm(p.text) for p in ps)
+    out["nq_gold_questions"] = len(gold)
+    out["answer_hit_at_5"] = round(ans / len(gold), 4)
+    out["gold_passage_hit_at_5"] = round(gold_hit / len(gold), 4)
+    return out
+
+
+# ---------------------------------------------------------------------------------------- scale
+def clustered(n: int, dims: int, clusters: int, seed: int) -> np.ndarray:
+    """Normalised points around random cluster centres, cluster sizes Zipf-like (not uniform)."""
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((clusters, dims), dtype=np.float32)
+    weights = 1.0 / np.arange(1, clusters + 1) ** 0.7
+    labels = rng.choice(clusters, size=n, p=weights / weights.sum())
+    out = np.empty((n, dims), dtype=np.float32)
+    for i in range(0, n, 100_000):
+        part = centres[labels[i : i + 100_000]]
+        part = part + 0.9 * rng.standard_normal(part.shape, dtype=np.float32)
+        out[i : i + 100_000] = part / np.linalg.norm(part, axis=1, keepdims=True)
+    return out
+
+
+def exact_top_k(base: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
+    keys = np.empty((len(queries), k), dtype=np.int64)
+    for i in range(0, len(queries), 100):
+        s = queries[i : i + 100] @ base.T
+        top = np.argpartition(-s, k, axis=1)[:, :k]
+        order = np.argsort(-np.take_along_axis(s, top, axis=1), axis=1)
+        keys[i : i + 100] = np.take_along_axis(top, order, axis=1)
+    return keys
+
+
+def _open_probe(path: str, view: bool, queries: str, n_queries: int) -> dict:
+    """Run in a fresh process: open time, RSS after open and after n queries."""
+    import psutil
+    from usearch.index import Index
+
+    proc = psutil.Process()
+    rss0 = proc.memory_info().rss
+    t0 = time.perf_counter()
+    index = Index.restore(path, view=view)
+    open_ms = 1000 * (time.perf_counter() - t0)
+    rss_open = proc.memory_info().rss
+    q = np.load(queries)
+    for i in range(n_queries):
+        index.search(q[i % len(q)], K)
+    rss_q = proc.memory_info().rss
+    return {"open_ms": round(open_ms, 2), "rss_after_open_mb": round((rss_open - rss0) / 2**20, 1),
+            "rss_after_queries_mb": round((rss_q - rss0) / 2**20, 1), "queries": n_queries}
+
+
+def bench_scale(n: int, work: Path, dtypes: list[str], efs: list[int], n_queries: int) -> dict:
+    from usearch.index import Index
+
+    work.mkdir(parents=True, exist_ok=True)
+    dims = 384
+    t0 = time.perf_counter()
+    # one draw, split: queries share the base's centres but are points not in the index
+    data = clustered(n + n_queries, dims, clusters=max(n // 1000, 10), seed=0)
+    base, queries = data[:n], np.ascontiguousarray(data[n:])
+    np.save(work / "queries.npy", queries)
+    truth = exact_top_k(base, queries, K)
+    out: dict = {"n": n, "dims": dims, "queries": n_queries, "data_s": round(time.perf_counter() - t0, 1)}
+    for dtype in dtypes:
+        path = work / f"{dtype}.usearch"
+        res: dict = {}
+        index = Index(ndim=dims, metric="ip", dtype=dtype, connectivity=16, expansion_add=128, expansion_search=64)
+        t0 = time.perf_counter()
+        index.add(np.arange(n, dtype=np.uint64), base)
+        res["add_s"] = round(time.perf_counter() - t0, 1)
+        res["add_vectors_per_s"] = round(n / res["add_s"])
+        index.save(str(path))
+        del index
+        res["file_mb"] = round(path.stat().st_size / 2**20, 1)
+        view = Index.restore(str(path), view=True)
+        for ef in efs:
+            view.expansion_search = ef
+            keys = view.search(queries, K).keys
+            lat = []
+            for q in queries:
+                t1 = time.perf_counter()
+                view.search(q, K)
+                lat.append(1000 * (time.perf_counter() - t1))
+            res[f"ef{ef}"] = {"recall_at_5": round(_recall(keys, truth), 4), **_pct(lat)}
+        del view
+        for mode in ("view", "load"):
+            probe = subprocess.run(
+                [sys.executable, __file__, "_probe", str(path), mode, str(work / "queries.npy"), "10000"],
+                capture_output=True, text=True, check=True,
+            )
+            res[f"open_{mode}"] = json.loads(probe.stdout)
+        out[dtype] = res
+        print(json.dumps({dtype: res}), flush=True)
+    return out
+
+
+# ----------------------------------------------------------------------------------------- main
+def setup_arg_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="part", required=True)
+    r = sub.add_parser("real")
+    r.add_argument("--index", type=Path, default=DEFAULT_REAL, help=f"(default: {DEFAULT_REAL})")
+    r.add_argument("--recall-queries", type=int, default=1000)
+    r.add_argument("--latency-queries", type=int, default=300)
+    s = sub.add_parser("scale")
+    s.add_argument("--n", type=int, default=1_000_000)
+    s.add_argument("--work", type=Path, default=Path("/tmp/bench-index-scale"))
+    s.add_argument("--dtypes", nargs="+", default=["f16", "i8"])
+    s.add_argument("--ef", type=int, nargs="+", default=[64, 128])
+    s.add_argument("--queries", type=int, default=1000)
+    for q in (r, s):
+        q.add_argument("--output-dir", type=Path, default=REPO / "runs" / "bench_index")
+    probe = sub.add_parser("_probe")
+    probe.add_argument("path")
+    probe.add_argument("mode", choices=["view", "load"])
+    probe.add_argument("queries")
+    probe.add_argument("n", type=int)
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = setup_arg_parser().parse_args(argv)
+    if args.part == "_probe":
+        print(json.dumps(_open_probe(args.path, args.mode == "view", args.queries, args.n)))
+        return
+    if args.part == "real":
+        res = bench_real(args.index, args.recall_queries, args.latency_queries)
+    else:
+        res = bench_scale(args.n, args.work, args.dtypes, args.ef, args.queries)
+    res["machine"] = {"platform": platform.platform(), "cpus": os.cpu_count(),
+                      "date": time.strftime("%Y-%m-%d %H:%M")}
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    path = args.output_dir / f"{args.part}.json"
+    path.write_text(json.dumps(res, indent=2))
+    print(json.dumps(res, indent=2))
+    print(f"wrote {path}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

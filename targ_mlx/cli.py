@@ -1,0 +1,116 @@
+"""`python -m targ_mlx ask "question"`: answer one question and show the gate's decision."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import uuid
+
+from targ_mlx.gates import GATES
+
+logger = logging.getLogger(__name__)
+
+
+def setup_arg_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="targ", description="TARG: answer with a local LLM, retrieving only when unsure.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    ask = sub.add_parser("ask", help="answer one question")
+    ask.add_argument("question", help="the question (quote it)")
+    ask.add_argument("--model", help="alias (smollm2-135m, the offline default), .gguf path, MLX folder or mlx-lm repo id")
+    ask.add_argument("--gate", choices=GATES, help="gate (default from config: margin)")
+    ask.add_argument("--tau", type=float, help="retrieve iff U > tau (default: calibrated value from config, else a placeholder)")
+    ask.add_argument("--k", type=int, help="draft length in tokens (default 20)")
+    ask.add_argument("--beta", type=float, help="margin link temperature (default 3)")
+    ask.add_argument("--n-samples", type=int, help="variance gate: sampled prefixes (default 5)")
+    ask.add_argument("--temp", type=float, help="variance gate: sampling temperature (default 0.7)")
+    ask.add_argument("--seed", type=int, default=0, help="variance gate: RNG seed (default 0)")
+    ask.add_argument("--top-k", type=int, help="passages to retrieve (default 5)")
+    ask.add_argument("--context-tokens", type=int, help="context budget L_ctx in tokens (default 1024)")
+    ask.add_argument("--max-tokens", type=int, help="answer length cap (default 32)")
+    ask.add_argument("--recheck-every", type=int, default=0, help="re-check the gate every m tokens (default 0: off)")
+    ask.add_argument("--prompt", choices=("paper", "short"), default="paper",
+                     help="paper: the paper's system prompt; short: few-shot short answers (default paper)")
+    ask.add_argument("--index", help="index folder (default: the offline default index, built on first use)")
+    ask.add_argument("--db", help="decision log file (default: under the user data dir)")
+    ask.add_argument("--no-log", action="store_true", help="do not write the decision log")
+    ask.add_argument("--config", help="config TOML (default: under the user config dir)")
+    ask.add_argument("--json", action="store_true", help="print the result record as one JSON object")
+    return parser
+
+
+def _progress(done: int, total: int) -> None:
+    pct = 100.0 * done / total if total else 0.0
+    print(f"\rbuilding the default index: {done:,}/{total:,} passages ({pct:.0f}%)", end="", file=sys.stderr, flush=True)
+    if total and done >= total:
+        print(file=sys.stderr)
+
+
+def open_index(path: str | None):
+    """A zero-argument loader for the retriever, so answers that skip retrieval never load it."""
+
+    def load():
+        from targ_mlx import index
+
+        folder = path or index.ensure_default_index(progress=_progress)
+        return index.open_retriever(folder)
+
+    return load
+
+
+def ask(args: argparse.Namespace) -> int:
+    from targ_mlx.assistant import Assistant, Settings
+    from targ_mlx.backbone import load_backbone
+    from targ_mlx.config import load_config
+
+    cfg = load_config(args.config).merged(model=args.model, gate=args.gate, k=args.k, beta=args.beta,
+                                          n_samples=args.n_samples, temperature=args.temp, top_k=args.top_k,
+                                          context_tokens=args.context_tokens, max_tokens=args.max_tokens,
+                                          index=args.index, db=args.db)
+    tau = args.tau if args.tau is not None else (cfg.tau_for(cfg.model, cfg.gate) if cfg.gate in ("entropy", "margin", "variance") else None)
+    settings = Settings(gate=cfg.gate, tau=tau, k=cfg.k, beta=cfg.beta, n_samples=cfg.n_samples,
+                        temperature=cfg.temperature, seed=args.seed, top_k=cfg.top_k,
+                        context_tokens=cfg.context_tokens, max_tokens=cfg.max_tokens,
+                        recheck_every=args.recheck_every, prompt_style=args.prompt)
+    log = None
+    if not args.no_log:
+        from targ_mlx.decision_log import DecisionLog
+
+        log = DecisionLog(cfg.db)
+    bb = load_backbone(cfg.model)
+    assistant = Assistant(bb, open_index(cfg.index), settings, log=log, source="ask", session=uuid.uuid4().hex[:12])
+    ans = assistant.answer(args.question)
+    if args.json:
+        print(json.dumps(ans.to_dict(), ensure_ascii=False))
+        return 0
+    print(ans.answer)
+    u = "-" if ans.score is None else f"{ans.score:.3f}"
+    op = ">" if ans.retrieved else "<="
+    where = f"retrieved {len(ans.passages)} passages" if ans.retrieved else "answered without retrieval"
+    lat = ans.latency
+    tau_s = f"{ans.tau:.3f}" if ans.gate in ("entropy", "margin", "variance") else "-"
+    print(f"[{ans.gate} U={u} {op} tau={tau_s}: {where}; {lat.total:.2f}s (draft {lat.draft:.2f}, "
+          f"retrieval {lat.retrieval:.2f}, generation {lat.prefill + lat.decode:.2f})]", file=sys.stderr)
+    for p in ans.passages:
+        print(f"  [{p.score:.3f}] {p.title}", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = setup_arg_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from targ_mlx.errors import TargError
+
+    try:
+        return ask(args)
+    except (TargError, ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,239 @@
+"""User configuration: one frozen `Config`, read from an optional TOML file.
+
+Precedence: module defaults < the TOML file < CLI flags (`Config.merged(**flags)`). The file
+lives under the user config dir (platformdirs) unless TARG_MLX_CONFIG or `--config` says
+otherwise; `targ-calibrate --write` stores calibrated thresholds in it per model and gate:
+
+    model = "smollm2-135m"
+    gate = "margin"
+
+    [tau]                     # defaults per gate, used for models with no calibrated value
+    margin = 0.35
+
+    [tau."smollm2-135m"]      # written by `targ-calibrate --write`
+    margin = 0.41
+
+Unknown keys are an error: a typo in our own file should not be silently ignored.
+Reading the file has no side effects; only `save_tau` writes.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import tempfile
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping
+
+import platformdirs
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+APP_NAME = "targ-mlx"
+CONFIG_ENV = "TARG_MLX_CONFIG"
+DB_ENV = "TARG_MLX_DB"
+
+GATES = (
+    "entropy",
+    "margin",
+    "variance",
+)  # gates with a threshold; never/always have none
+
+DEFAULT_MODEL = "smollm2-135m"
+DEFAULT_GATE = "margin"
+DEFAULT_K = 20  # draft prefix length (paper default)
+DEFAULT_BETA = 3.0  # margin link phi(g) = exp(-g / beta)
+DEFAULT_N_SAMPLES = 5  # variance gate: sampled prefixes
+DEFAULT_TEMPERATURE = 0.7  # variance gate: sampling temperature
+DEFAULT_TOP_K = 5  # passages retrieved
+DEFAULT_CONTEXT_TOKENS = 1024  # L_ctx, budget for retrieved context
+DEFAULT_MAX_TOKENS = 32
+# Placeholders until calibrated: the median of the operating points the paper reports for
+# each gate across its datasets (Qwen2.5-7B tables). SmolLM2 is far less confident than a 7B
+# model, so expect `targ-calibrate` to move these; they only make the gate do *something*.
+DEFAULT_TAU = MappingProxyType({"entropy": 0.80, "margin": 0.35, "variance": 0.60})
+
+
+def default_config_path() -> Path:
+    """TARG_MLX_CONFIG, else `config.toml` under the user config dir."""
+    env = os.environ.get(CONFIG_ENV)
+    if env:
+        return Path(env)
+    return platformdirs.user_config_path(APP_NAME) / "config.toml"
+
+
+def default_db_path() -> Path:
+    """TARG_MLX_DB, else `decisions.db` under the user data dir."""
+    env = os.environ.get(DB_ENV)
+    if env:
+        return Path(env)
+    return platformdirs.user_data_path(APP_NAME) / "decisions.db"
+
+
+def _frozen(mapping: Mapping) -> MappingProxyType:
+    return MappingProxyType(
+        {k: _frozen(v) if isinstance(v, Mapping) else v for k, v in mapping.items()}
+    )
+
+
+@dataclass(frozen=True)
+class Config:
+    model: str = DEFAULT_MODEL  # model name as `targ ask --model` takes it
+    gate: str = DEFAULT_GATE  # entropy | margin | variance | never | always
+    k: int = DEFAULT_K
+    beta: float = DEFAULT_BETA
+    n_samples: int = DEFAULT_N_SAMPLES
+    temperature: float = DEFAULT_TEMPERATURE
+    top_k: int = DEFAULT_TOP_K
+    context_tokens: int = DEFAULT_CONTEXT_TOKENS
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    index: str | None = None  # index directory; None = the package default
+    db: str = field(default_factory=lambda: str(default_db_path()))  # decision log file
+    # gate -> tau, used when `tau_by_model` has no entry for the model
+    tau: Mapping[str, float] = field(default_factory=lambda: DEFAULT_TAU)
+    # model -> gate -> calibrated tau (the [tau."model"] tables)
+    tau_by_model: Mapping[str, Mapping[str, float]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+
+    def tau_for(self, model: str, gate: str) -> float:
+        """The threshold to use: calibrated for (model, gate), else the gate default.
+
+        `never` gives +inf and `always` -inf, so `U > tau` holds never / always.
+        """
+        if gate == "never":
+            return math.inf
+        if gate == "always":
+            return -math.inf
+        if gate not in GATES:
+            raise ValueError(
+                f"Unknown gate: {gate!r}; use one of {', '.join(GATES)}, never, always"
+            )
+        calibrated = self.tau_by_model.get(model, {})
+        if gate in calibrated:
+            return float(calibrated[gate])
+        return float(self.tau.get(gate, DEFAULT_TAU[gate]))
+
+    def merged(self, **overrides: Any) -> Config:
+        """A copy with the given fields replaced, skipping None (a CLI flag not given)."""
+        return replace(self, **{k: v for k, v in overrides.items() if v is not None})
+
+
+_SCALARS = {
+    f.name: f.type for f in fields(Config) if f.name not in ("tau", "tau_by_model")
+}
+_TYPES = {"str": (str,), "int": (int,), "float": (int, float), "str | None": (str,)}
+
+
+def _check_tau(value: Any, key: str, path: Path) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+    ):
+        raise ValueError(
+            f"Config key {key} must be a finite number; got {value!r} in {path}"
+        )
+    return float(value)
+
+
+def _parse(doc: dict, path: Path) -> Config:
+    values: dict[str, Any] = {}
+    tau = dict(DEFAULT_TAU)
+    tau_by_model: dict[str, dict[str, float]] = {}
+    for key, value in doc.items():
+        if key == "tau":
+            if not isinstance(value, dict):
+                raise ValueError(
+                    f"Config key tau must be a table; got {value!r} in {path}"
+                )
+            for name, item in value.items():
+                if isinstance(item, dict):  # [tau."model"]
+                    for gate, t in item.items():
+                        if gate not in GATES:
+                            raise ValueError(
+                                f"Unknown config key: tau.{name}.{gate} in {path}"
+                            )
+                        tau_by_model.setdefault(name, {})[gate] = _check_tau(
+                            t, f"tau.{name}.{gate}", path
+                        )
+                elif name in GATES:
+                    tau[name] = _check_tau(item, f"tau.{name}", path)
+                else:
+                    raise ValueError(f"Unknown config key: tau.{name} in {path}")
+            continue
+        if key not in _SCALARS:
+            raise ValueError(f"Unknown config key: {key} in {path}")
+        allowed = _TYPES[str(_SCALARS[key])]
+        if isinstance(value, bool) or not isinstance(value, allowed):
+            kind = allowed[-1].__name__
+            raise ValueError(
+                f"Config key {key} must be a {kind}; got {value!r} in {path}"
+            )
+        values[key] = float(value) if allowed == (int, float) else value
+    return Config(**values, tau=_frozen(tau), tau_by_model=_frozen(tau_by_model))
+
+
+def _read(path: Path) -> dict:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"Config file {path} is not valid TOML: {e}") from None
+
+
+def load_config(path: str | os.PathLike | None = None) -> Config:
+    """Defaults overlaid with the TOML file at `path` (default: `default_config_path()`).
+
+    A missing default file means defaults; a missing explicit path is an error (likely a typo).
+    """
+    if path is None:
+        path = default_config_path()
+        if not path.exists():
+            return Config()
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(
+            f"Config file not found: {path} (create it, or drop --config to use the default)"
+        )
+    return _parse(_read(path), path)
+
+
+def save_tau(
+    model: str, gate: str, tau: float, path: str | os.PathLike | None = None
+) -> Path:
+    """Store a calibrated tau as `[tau."model"] gate = tau`, keeping every other key.
+
+    The file is rewritten atomically (temp file + rename), so a reader never sees half of it;
+    TOML comments in it are not preserved. Returns the path written.
+    """
+    import tomli_w  # only the writer needs it
+
+    if gate not in GATES:
+        raise ValueError(
+            f"Cannot store tau for gate {gate!r}; use one of {', '.join(GATES)}"
+        )
+    if not model:
+        raise ValueError("Cannot store tau without a model name; pass --model")
+    path = Path(path) if path is not None else default_config_path()
+    doc = _read(path) if path.exists() else {}
+    key = f"tau.{model}.{gate}"
+    tau = _check_tau(tau, key, path)
+    doc.setdefault("tau", {}).setdefault(model, {})[gate] = tau
+    _parse(doc, path)  # refuse to write a file we would not read back
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".config-", suffix=".toml", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            tomli_w.dump(doc, f)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return path

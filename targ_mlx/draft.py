@@ -1,0 +1,207 @@
+"""Decoding: the gate's k-token prefix draft (greedy + N sampled rows in one batch) and
+greedy generation that continues it.
+
+The draft records, per greedy step, the entropy of softmax(logits) and the top-1/top-2 logit
+gap, computed in MLX (only scalars leave the device). It keeps its KV cache so a skipped
+answer continues from it: the draft tokens are the answer's first tokens.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import mlx.core as mx
+from mlx_lm.models.cache import KVCache
+
+from targ_mlx.backbone import Backbone
+from targ_mlx.gates import DraftSignals, step_entropy, step_gap
+
+DEFAULT_K = 20
+DEFAULT_N = 5
+DEFAULT_TEMPERATURE = 0.7
+
+
+@dataclass
+class Draft:
+    prompt_ids: list[int]
+    tokens: list[int]  # greedy draft tokens, at most k
+    entropies: list[float]
+    gaps: list[float]
+    samples: list[list[int]]  # N sampled prefixes (empty unless requested)
+    cache: list[Any] = field(repr=False)  # holds the prompt and all draft tokens but the last
+    ended: bool  # the greedy draft produced EOS
+    prefill_s: float
+    decode_s: float
+
+    @property
+    def signals(self) -> DraftSignals:
+        return DraftSignals(self.entropies, self.gaps, self.samples)
+
+
+def _greedy(bb: Backbone, cache: list[Any], logits: mx.array, max_new: int, stats: bool = False,
+            cancel: threading.Event | None = None) -> Iterator[tuple[int, mx.array | None, mx.array | None]]:
+    """Greedy tokens from `logits` (1, V) onward, at most `max_new`, stopping after EOS.
+
+    The next step is scheduled (async_eval) before the current token is read back, so Python
+    overhead overlaps with compute, as in mlx-lm's generate_step. The last token yielded is
+    never fed to the model: the caller's cache ends just before it.
+    """
+    if max_new <= 0:
+        return
+    eos = bb.tokenizer.eos_ids
+
+    def pick(lg):
+        y = mx.argmax(lg, axis=-1)
+        if stats:
+            out = (y, step_entropy(lg)[0], step_gap(lg)[0])
+        else:
+            out = (y, None, None)
+        mx.async_eval([a for a in out if a is not None])
+        return out
+
+    cur = pick(logits)
+    for n in range(1, max_new + 1):
+        nxt = pick(bb.step(cur[0], cache)) if n < max_new else None
+        tok = int(cur[0].item())
+        yield tok, cur[1], cur[2]
+        if tok in eos or nxt is None or (cancel is not None and cancel.is_set()):
+            return
+        cur = nxt
+
+
+def _split_row(cache: list[Any], row: int) -> list[Any]:
+    out = []
+    for c in cache:
+        kv = KVCache()
+        kv.keys = c.keys[row : row + 1, :, : c.offset, :]
+        kv.values = c.values[row : row + 1, :, : c.offset, :]
+        kv.offset = c.offset
+        out.append(kv)
+    return out
+
+
+def _repeat_rows(cache: list[Any], n: int) -> list[Any]:
+    out = []
+    for c in cache:
+        kv = KVCache()
+        kv.keys = mx.repeat(c.keys[:, :, : c.offset, :], n, axis=0)
+        kv.values = mx.repeat(c.values[:, :, : c.offset, :], n, axis=0)
+        kv.offset = c.offset
+        out.append(kv)
+    return out
+
+
+def draft(bb: Backbone, prompt_ids: list[int], k: int = DEFAULT_K, n_samples: int = 0,
+          temperature: float = DEFAULT_TEMPERATURE, seed: int = 0) -> Draft:
+    """Prefill B(q) once and decode the k-token greedy draft (and N sampled prefixes).
+
+    With n_samples > 0 the greedy row and the N sampled rows decode as one batch of N + 1
+    that shares the single prefill, so the variance gate costs one batched draft.
+    """
+    if k < 1:
+        raise ValueError(f"draft length k must be >= 1, got {k}")
+    if n_samples < 0 or (n_samples > 0 and not temperature > 0):
+        raise ValueError(f"variance sampling needs n_samples >= 1 and temperature > 0, got {n_samples}, {temperature}")
+    t0 = time.perf_counter()
+    cache = bb.make_cache()
+    logits = bb.prefill(prompt_ids, cache)
+    mx.eval(logits)
+    t1 = time.perf_counter()
+    if n_samples == 0:
+        toks, ents, gaps = [], [], []
+        for tok, e, g in _greedy(bb, cache, logits, k, stats=True):
+            toks.append(tok)
+            ents.append(e)
+            gaps.append(g)
+        ents_f, gaps_f = mx.stack(ents).tolist(), mx.stack(gaps).tolist()
+        samples: list[list[int]] = []
+        ended = toks[-1] in bb.tokenizer.eos_ids
+    else:
+        toks, ents_f, gaps_f, samples, cache = _batched_draft(bb, cache, logits, k, n_samples, temperature, seed)
+        ended = toks[-1] in bb.tokenizer.eos_ids
+    t2 = time.perf_counter()
+    return Draft(list(prompt_ids), toks, ents_f, gaps_f, samples, cache, ended, t1 - t0, t2 - t1)
+
+
+def _batched_draft(bb: Backbone, cache: list[Any], logits: mx.array, k: int, n: int, temperature: float,
+                   seed: int) -> tuple[list[int], list[float], list[float], list[list[int]], list[Any]]:
+    eos = mx.array(sorted(bb.tokenizer.eos_ids), dtype=mx.int32)
+    eos0 = eos[0]
+    batch = _repeat_rows(cache, n + 1)
+    key = mx.random.key(seed)
+    lg = mx.repeat(logits, n + 1, axis=0)  # row 0 greedy, rows 1..n sampled at temperature
+    done = mx.zeros((n + 1,), dtype=mx.bool_)
+    rows, ents, gaps = [], [], []
+    greedy_len = k
+    for t in range(k):
+        key, sub = mx.random.split(key)
+        sampled = mx.random.categorical(lg[1:] * (1.0 / temperature), key=sub).astype(mx.int32)
+        y = mx.concatenate([mx.argmax(lg[:1], axis=-1).astype(mx.int32), sampled])
+        y = mx.where(done, eos0, y)  # finished rows keep emitting EOS
+        ents.append(step_entropy(lg[:1])[0])
+        gaps.append(step_gap(lg[:1])[0])
+        rows.append(y)
+        done = done | mx.any(y[:, None] == eos[None, :], axis=-1)
+        if t + 1 < k:
+            lg = bb.step(y, batch)
+        mx.async_eval(lg, done)
+        if t % 4 == 3 and bool(mx.all(done).item()):
+            greedy_len = t + 1
+            break
+    grid = mx.stack(rows, axis=1).tolist()  # (n+1, steps)
+    eos_set = bb.tokenizer.eos_ids
+    greedy = grid[0]
+    for i, tok in enumerate(greedy):
+        if tok in eos_set:
+            greedy_len = min(greedy_len, i + 1)
+            break
+    greedy = greedy[:greedy_len]
+    samples = []
+    for row in grid[1:]:
+        cut = next((i + 1 for i, tok in enumerate(row) if tok in eos_set), len(row))
+        samples.append(row[:cut])
+    ents_f = mx.stack(ents[:greedy_len]).tolist()
+    gaps_f = mx.stack(gaps[:greedy_len]).tolist()
+    # Row 0's cache now holds prompt + greedy tokens fed so far; drop whatever follows the
+    # draft's last token so the continuation feeds it next, as in the unbatched path.
+    row0 = _split_row(batch, 0)
+    fed = len(grid[0]) - 1 if len(grid[0]) == k else len(grid[0])
+    for c in row0:
+        c.offset -= max(0, fed - (greedy_len - 1))
+        c.keys = c.keys[:, :, : c.offset, :]
+        c.values = c.values[:, :, : c.offset, :]
+    return greedy, ents_f, gaps_f, samples, row0
+
+
+def continue_greedy(bb: Backbone, d: Draft, max_new: int, cancel: threading.Event | None = None,
+                    on_token: Callable[[int], None] | None = None) -> tuple[list[int], float]:
+    """Greedy tokens after the draft's last token (the draft itself not included)."""
+    if d.ended or max_new <= 0:
+        return [], 0.0
+    t0 = time.perf_counter()
+    logits = bb.step(mx.array([d.tokens[-1]], dtype=mx.int32), d.cache)
+    out = []
+    for tok, _, _ in _greedy(bb, d.cache, logits, max_new, cancel=cancel):
+        out.append(tok)
+        if on_token:
+            on_token(tok)
+    return out, time.perf_counter() - t0
+
+
+def generate(bb: Backbone, prompt_ids: list[int], max_new: int, cancel: threading.Event | None = None,
+             on_token: Callable[[int], None] | None = None) -> tuple[list[int], float, float]:
+    """Greedy generation from a fresh prompt; returns (tokens, prefill seconds, decode seconds)."""
+    t0 = time.perf_counter()
+    cache = bb.make_cache()
+    logits = bb.prefill(prompt_ids, cache)
+    mx.eval(logits)
+    t1 = time.perf_counter()
+    out = []
+    for tok, _, _ in _greedy(bb, cache, logits, max_new, cancel=cancel):
+        out.append(tok)
+        if on_token:
+            on_token(tok)
+    return out, t1 - t0, time.perf_counter() - t1

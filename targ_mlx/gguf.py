@@ -1,0 +1,225 @@
+"""Load a GGUF file (llama or qwen2 architecture) into an mlx-lm model.
+
+Weights come from `mx.load(path, return_metadata=True)`, which keeps Q4_0/Q4_1/Q8_0 blocks as
+MLX affine-quantized triplets; other block types (Q4_K, Q5_0, Q6_K, ...) are dequantized with
+the `gguf` package. The tokenizer and chat template come from the same metadata
+(`targ_mlx.tokenizer`). Nothing here knows about gates or retrieval.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+
+from targ_mlx.errors import ModelLoadError
+
+SUPPORTED_ARCHS = ("llama", "qwen2")
+
+# GGUF tensor names -> mlx-lm parameter names (per block, then the rest).
+_BLOCK_NAMES = {
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+}
+_TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+_BLOCK_RE = re.compile(r"^blk\.(\d+)\.([a-z_]+)\.(weight|bias|scales|biases)$")
+_TOP_RE = re.compile(r"^([a-z_]+)\.(weight|bias|scales|biases)$")
+
+
+@dataclass(frozen=True)
+class GGUFModel:
+    model: nn.Module
+    metadata: dict
+    arch: str
+    dtype: str  # "float32" | "float16" | "bfloat16" | "q4" | "q8" (kept quantized)
+    n_params: int
+    context_length: int
+
+
+def _meta_value(v):
+    if isinstance(v, mx.array):
+        return v.item() if v.size == 1 else v
+    return v
+
+
+def read_gguf(path: str) -> tuple[dict[str, mx.array], dict]:
+    """Raw tensors and metadata; falls back to the `gguf` package for block types MLX lacks."""
+    if not os.path.isfile(path):
+        raise ModelLoadError(f"GGUF file not found: {path}. Pass an existing .gguf path or a model alias.")
+    try:
+        weights, meta = mx.load(path, return_metadata=True)
+    except Exception as e:  # MLX raises a plain RuntimeError/ValueError for unknown quant types
+        if "type" in str(e).lower() or "quant" in str(e).lower() or "unsupported" in str(e).lower():
+            return _read_with_gguf_package(path)
+        raise ModelLoadError(
+            f"cannot read GGUF file {path}: {e}. The file may be truncated or not a GGUF; re-download it."
+        ) from e
+    return weights, {k: _meta_value(v) for k, v in meta.items()}
+
+
+def _read_with_gguf_package(path: str) -> tuple[dict[str, mx.array], dict]:
+    try:
+        from gguf import GGUFReader
+        from gguf.quants import dequantize
+    except ImportError as e:  # pragma: no cover - gguf is a core dependency
+        raise ModelLoadError("reading this GGUF's block types needs the `gguf` package: pip install gguf") from e
+    try:
+        reader = GGUFReader(path)
+    except Exception as e:
+        raise ModelLoadError(f"cannot read GGUF file {path}: {e}. The file may be truncated; re-download it.") from e
+    meta = {}
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF."):
+            continue
+        try:
+            meta[name] = field.contents()
+        except Exception:  # some exotic field types; the model does not need them
+            continue
+    weights = {}
+    for t in reader.tensors:
+        arr = dequantize(t.data, t.tensor_type)
+        # GGUF stores dims fastest-first; numpy shape from the reader is already row-major.
+        weights[t.name] = mx.array(np.asarray(arr, dtype=np.float32).reshape(tuple(reversed(t.shape.tolist()))))
+    return weights, meta
+
+
+def model_args(meta: dict, arch: str, has_output: bool) -> dict:
+    p = arch  # GGUF keys are prefixed by the architecture name
+    try:
+        hidden = int(meta[f"{p}.embedding_length"])
+        heads = int(meta[f"{p}.attention.head_count"])
+        args = {
+            "model_type": arch,
+            "hidden_size": hidden,
+            "num_hidden_layers": int(meta[f"{p}.block_count"]),
+            "intermediate_size": int(meta[f"{p}.feed_forward_length"]),
+            "num_attention_heads": heads,
+            "num_key_value_heads": int(meta.get(f"{p}.attention.head_count_kv", heads)),
+            "rms_norm_eps": float(meta[f"{p}.attention.layer_norm_rms_epsilon"]),
+            "vocab_size": int(meta.get(f"{p}.vocab_size", len(meta["tokenizer.ggml.tokens"]))),
+            "rope_theta": float(meta.get(f"{p}.rope.freq_base", 10000.0)),
+            "max_position_embeddings": int(meta.get(f"{p}.context_length", 4096)),
+            "tie_word_embeddings": not has_output,
+        }
+    except KeyError as e:
+        raise ModelLoadError(f"GGUF metadata lacks {e.args[0]!r}; the file is incomplete or not a {arch} model") from e
+    rot = meta.get(f"{p}.rope.dimension_count")
+    if rot is not None and int(rot) != hidden // heads:
+        args["head_dim"] = int(rot)
+    # llama.cpp's converter permutes llama's q/k rows for its interleaved ("traditional") RoPE;
+    # qwen2 is stored unpermuted and uses the NeoX form.
+    args["rope_traditional"] = arch == "llama"
+    return args
+
+
+def _rename(weights: dict[str, mx.array]) -> dict[str, mx.array]:
+    out = {}
+    for name, w in weights.items():
+        m = _BLOCK_RE.match(name)
+        if m:
+            layer, part, kind = m.groups()
+            if part not in _BLOCK_NAMES:
+                raise ModelLoadError(f"unexpected GGUF tensor {name!r}; this architecture variant is not supported")
+            out[f"model.layers.{layer}.{_BLOCK_NAMES[part]}.{kind}"] = w
+            continue
+        m = _TOP_RE.match(name)
+        if m and m.group(1) in _TOP_NAMES:
+            out[f"{_TOP_NAMES[m.group(1)]}.{m.group(2)}"] = w
+        elif name.startswith("rope_freqs"):
+            continue  # llama3 rope scaling factors; mlx-lm recomputes them from the args
+        else:
+            raise ModelLoadError(f"unexpected GGUF tensor {name!r}; this architecture variant is not supported")
+    return out
+
+
+def _quant_bits(weights: dict[str, mx.array]) -> tuple[int, int] | None:
+    """(bits, group_size) of MLX-quantized triplets, or None when all weights are dense."""
+    for name, w in weights.items():
+        if name.endswith(".scales"):
+            packed = weights[name[: -len("scales")] + "weight"]
+            in_features = w.shape[-1] * 32  # GGUF Q4_0/Q4_1/Q8_0 blocks are 32 wide
+            bits = packed.shape[-1] * 32 // in_features
+            return bits, 32
+    return None
+
+
+def _count_params(weights: dict[str, mx.array], bits: int) -> int:
+    total = 0
+    for name, w in weights.items():
+        if name.endswith((".scales", ".biases")) and name[: -len("scales")] + "weight" in weights:
+            continue
+        total += w.size * 32 // bits if w.dtype == mx.uint32 else w.size
+    return total
+
+
+def dequantize_all(weights: dict[str, mx.array], dtype: mx.Dtype) -> dict[str, mx.array]:
+    out = {}
+    for name, w in weights.items():
+        if name.endswith((".scales", ".biases")) and name[: -len("scales")] + "weight" in weights:
+            continue
+        base = name[: -len("weight")]
+        if name.endswith(".weight") and base + "scales" in weights:
+            q = _quant_bits({base + "scales": weights[base + "scales"], name: w})
+            w = mx.dequantize(w, weights[base + "scales"], weights[base + "biases"], group_size=q[1], bits=q[0])
+        out[name] = w.astype(dtype)
+    return out
+
+
+def load_gguf(path: str, dtype: str = "auto") -> GGUFModel:
+    """Build an mlx-lm llama/qwen2 model from a GGUF file.
+
+    Args:
+        path: the .gguf file.
+        dtype: "auto" (float32 for models up to 2B parameters on CPU, where MLX's dense
+            BLAS path is far faster than its quantized kernels; else keep the file's
+            quantization), "float32", "float16", "bfloat16" or "quantized".
+    """
+    raw, meta = read_gguf(path)
+    arch = str(meta.get("general.architecture", "?"))
+    if arch not in SUPPORTED_ARCHS:
+        raise ModelLoadError(
+            f"GGUF architecture {arch!r} in {path} is not supported; supported: {', '.join(SUPPORTED_ARCHS)} "
+            "(other architectures: pass an mlx-lm model id or MLX folder instead)"
+        )
+    weights = _rename(raw)
+    from mlx_lm.models import llama, qwen2
+
+    module = {"llama": llama, "qwen2": qwen2}[arch]
+    args = model_args(meta, arch, has_output="lm_head.weight" in weights)
+    if arch == "qwen2":
+        args.pop("head_dim", None)
+    model = module.Model(module.ModelArgs.from_dict(args))
+    quant = _quant_bits(weights)
+    n_params = _count_params(weights, quant[0] if quant else 32)
+    if dtype == "auto":
+        on_cpu = mx.default_device() == mx.cpu
+        dtype = "float32" if (quant is None or (on_cpu and n_params <= 2_000_000_000)) else "quantized"
+    if dtype == "quantized" and quant is not None:
+        bits, group = quant
+        nn.quantize(model, group_size=group, bits=bits,
+                    class_predicate=lambda p, m: f"{p}.scales" in weights)
+        dense = {k: v for k, v in weights.items()}
+        label = f"q{bits}"
+    else:
+        if dtype == "quantized":
+            dtype = "float32"
+        dense = dequantize_all(weights, getattr(mx, dtype))
+        label = dtype
+    try:
+        model.load_weights(list(dense.items()), strict=True)
+    except ValueError as e:
+        raise ModelLoadError(f"GGUF tensors in {path} do not fit a {arch} model: {e}") from e
+    mx.eval(model.parameters())
+    return GGUFModel(model=model, metadata=meta, arch=arch, dtype=label, n_params=n_params,
+                     context_length=int(args["max_position_embeddings"]))

@@ -1,0 +1,56 @@
+"""On-disk Wikipedia retrieval: corpus readers, chunking, a sentence-transformers encoder, a usearch
+HNSW index with SQLite passages, and `python -m targ_mlx.index` to build, inspect and search it.
+
+Importing this package loads neither torch nor usearch nor mlx; they load when first used.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable
+
+from targ_mlx.index.build import build_index
+from targ_mlx.index.chunking import ChunkParams
+from targ_mlx.index.corpus import VITAL
+from targ_mlx.index.encoder import DEFAULT_ENCODER, Encoder, load_encoder
+from targ_mlx.index.errors import (
+    CorpusError,
+    IndexCorruptError,
+    IndexError_,
+    IndexMismatchError,
+    IndexMissingError,
+)
+from targ_mlx.index.retriever import IndexRetriever, open_retriever
+from targ_mlx.index.store import HnswParams, IndexInfo, read_manifest
+
+DEFAULT_INDEX_NAME = "vital-articles-minilm"
+ENV_INDEX = "TARG_MLX_INDEX"
+
+__all__ = [
+    "CorpusError", "ChunkParams", "DEFAULT_ENCODER", "Encoder", "HnswParams", "IndexCorruptError",
+    "IndexError_", "IndexInfo", "IndexMismatchError", "IndexMissingError", "IndexRetriever",
+    "build_index", "default_index_dir", "ensure_default_index", "load_encoder", "open_retriever",
+    "read_manifest",
+]
+
+
+def default_index_dir() -> Path:
+    """$TARG_MLX_INDEX, else <repo>/index/vital-articles-minilm in a source checkout, else the
+    user data dir (platformdirs)."""
+    if os.environ.get(ENV_INDEX):
+        return Path(os.environ[ENV_INDEX]).expanduser()
+    repo_index = Path(__file__).resolve().parents[2] / "index"
+    if repo_index.is_dir():
+        return repo_index / DEFAULT_INDEX_NAME
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("targ-mlx")) / "index" / DEFAULT_INDEX_NAME
+
+
+def ensure_default_index(progress: Callable[[int, int], None] | None = None) -> Path:
+    """Build the offline default index (vital-articles, all-MiniLM-L6-v2, f16) on first use.
+
+    Resumes an interrupted build; returns at once when it is already built.
+    """
+    return build_index([VITAL], default_index_dir(), progress=progress)

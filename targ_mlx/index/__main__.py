@@ -1,0 +1,140 @@
+"""`python -m targ_mlx.index build|info|search`: build, inspect and query an on-disk index."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+
+from targ_mlx.index.build import DEFAULT_COMMIT_EVERY
+from targ_mlx.index.encoder import DEFAULT_BATCH_SIZE, DEFAULT_ENCODER
+from targ_mlx.index.errors import IndexError_
+from targ_mlx.index.store import DTYPES, HnswParams
+
+DEFAULT_K = 5
+
+
+class ProgressBar:
+    """One stderr line: done/total, percent, passages/s, ETA (the library only calls back)."""
+
+    def __init__(self, stream=sys.stderr, every: float = 0.5):
+        self.stream, self.every = stream, every
+        self.t0 = self.first = None
+        self.last = 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.perf_counter()
+        if self.t0 is None:
+            self.t0, self.first = now, done  # a resumed build starts counting from here
+            return
+        if now - self.last < self.every and done != total:
+            return
+        self.last = now
+        rate = (done - self.first) / max(now - self.t0, 1e-9)
+        if total:
+            eta = (total - done) / rate if rate > 0 else float("inf")
+            eta_s = time.strftime("%H:%M:%S", time.gmtime(eta)) if eta != float("inf") else "--:--:--"
+            width = 30
+            fill = int(width * done / total)
+            line = f"[{'#' * fill}{'.' * (width - fill)}] {done:,}/{total:,} chunks {100 * done / total:5.1f}% "
+            line += f"{rate:6.1f} passages/s ETA {eta_s}"
+        else:
+            line = f"{done:,} chunks {rate:6.1f} passages/s"
+        self.stream.write("\r" + line)
+        if done == total:
+            self.stream.write("\n")
+        self.stream.flush()
+
+
+def setup_arg_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m targ_mlx.index", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    b = sub.add_parser("build", help="build (or resume) an index folder from corpora")
+    b.add_argument("--corpus", nargs="+", required=True,
+                   help="vital-articles | PATH.jsonl | PATH.xml.bz2 | PATH.parquet | hf:wikimedia/wikipedia:CONFIG")
+    b.add_argument("--out", required=True, help="index folder (appears only when complete)")
+    b.add_argument("--encoder", default=DEFAULT_ENCODER, help=f"sentence-transformers model (default: {DEFAULT_ENCODER})")
+    b.add_argument("--dtype", choices=DTYPES, default="f16", help="stored vector type (default: f16)")
+    b.add_argument("--limit", type=int, help="read at most N articles")
+    b.add_argument("--connectivity", type=int, default=HnswParams.connectivity,
+                   help=f"HNSW graph degree (default: {HnswParams.connectivity})")
+    b.add_argument("--expansion-add", type=int, default=HnswParams.expansion_add,
+                   help=f"HNSW build beam (default: {HnswParams.expansion_add})")
+    b.add_argument("--expansion-search", type=int, default=HnswParams.expansion_search,
+                   help=f"HNSW search beam (default: {HnswParams.expansion_search})")
+    b.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
+                   help=f"encoder batch size (default: {DEFAULT_BATCH_SIZE})")
+    b.add_argument("--commit-every", type=int, default=DEFAULT_COMMIT_EVERY,
+                   help=f"chunks per encode call and per resumable commit (default: {DEFAULT_COMMIT_EVERY})")
+    b.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    i = sub.add_parser("info", help="print an index's manifest summary")
+    i.add_argument("dir")
+    i.add_argument("--verify", action="store_true", help="check whole-file sha256 checksums")
+    i.add_argument("--json", action="store_true", help="print the full manifest as JSON")
+
+    s = sub.add_parser("search", help="top-k passages for a query")
+    s.add_argument("dir")
+    s.add_argument("query")
+    s.add_argument("-k", type=int, default=DEFAULT_K, help=f"passages to return (default: {DEFAULT_K})")
+    s.add_argument("--json", action="store_true", help="print JSON lines instead of text")
+    return parser
+
+
+def _build(args) -> None:
+    from targ_mlx.index.build import build_index
+
+    out = build_index(
+        args.corpus, args.out, encoder=args.encoder, dtype=args.dtype, limit=args.limit,
+        connectivity=args.connectivity, expansion_add=args.expansion_add,
+        expansion_search=args.expansion_search, batch_size=args.batch_size, commit_every=args.commit_every,
+        progress=None if args.quiet else ProgressBar(),
+    )
+    _info(out, verify=False, as_json=False)
+
+
+def _info(path, verify: bool, as_json: bool) -> None:
+    from targ_mlx.index.retriever import open_retriever
+    from targ_mlx.index.store import IndexInfo
+
+    r = open_retriever(path, verify=verify)
+    if as_json:
+        print(json.dumps(r.manifest, indent=2, sort_keys=True))
+        return
+    info = IndexInfo.of(r.path, r.manifest)
+    for key, value in info.to_dict().items():
+        print(f"{key:12} {value}")
+    print(f"{'timing':12} {r.manifest['timing']}")
+
+
+def _search(args) -> None:
+    from targ_mlx.index.retriever import open_retriever
+
+    r = open_retriever(args.dir)
+    for p in r.search(args.query, args.k):
+        if args.json:
+            print(json.dumps({"key": p.key, "score": round(p.score, 4), "title": p.title, "text": p.text}))
+        else:
+            print(f"{p.score:.3f}  {p.format()[:300]}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = setup_arg_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        if args.command == "build":
+            _build(args)
+        elif args.command == "info":
+            _info(args.dir, args.verify, args.json)
+        else:
+            _search(args)
+    except (IndexError_, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(1) from None
+
+
+if __name__ == "__main__":
+    main()

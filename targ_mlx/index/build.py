@@ -1,0 +1,269 @@
+"""Build an index folder from corpora: chunk, encode, store, then build the HNSW graph.
+
+Resumable: each encoded batch is committed to DIR.partial/passages.db in one SQLite transaction
+together with its vectors and the count of chunks consumed from the (deterministic) chunk stream,
+so after a kill -9 the next run skips exactly what was committed. The HNSW graph is built from the
+stored vectors at the end, then DIR.partial is renamed to DIR: a half-built index is never served.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+import numpy as np
+import sqlite_utils
+
+from targ_mlx.index.chunking import Chunk, ChunkParams, chunk_article
+from targ_mlx.index.corpus import Article, corpus_label, read_corpus
+from targ_mlx.index.encoder import DEFAULT_BATCH_SIZE, DEFAULT_ENCODER, Encoder, canonical_name, load_encoder
+from targ_mlx.index.errors import IndexMismatchError
+from targ_mlx.index.store import (
+    BUILD_STATE,
+    DTYPES,
+    FORMAT_VERSION,
+    MANIFEST,
+    METRIC,
+    PASSAGES,
+    VECTORS,
+    HnswParams,
+    describe_files,
+    partial_dir,
+    rebuild_command,
+    write_json_atomic,
+)
+
+logger = logging.getLogger(__name__)
+
+Progress = Callable[[int, int], None]
+DEFAULT_COMMIT_EVERY = 512  # chunks per encode call and per commit: sorting by length pads less
+_ADD_PAGE = 50_000  # vectors read from SQLite per usearch add
+
+
+def _articles(corpora: Iterable[str], limit: int | None) -> Iterator[Article]:
+    stream = itertools.chain.from_iterable(read_corpus(c) for c in corpora)
+    return itertools.islice(stream, limit) if limit else stream
+
+
+def iter_chunks(corpora: Iterable[str], params: ChunkParams, limit: int | None = None) -> Iterator[Chunk]:
+    """The build's chunk stream, in a fixed order (what resuming relies on)."""
+    for a in _articles(corpora, limit):
+        yield from chunk_article(a.source, a.id, a.title, a.text, params)
+
+
+def _countable(spec: str) -> bool:
+    # counting chunks first costs one extra read: cheap for the small formats, not for a dump
+    return spec == "vital-articles" or spec.lower().endswith((".jsonl", ".ndjson"))
+
+
+def _build_spec(corpora, encoder, dtype, limit, params: ChunkParams, hnsw: HnswParams) -> dict:
+    return {
+        "format": FORMAT_VERSION,
+        "corpora": [str(c) for c in corpora],
+        "encoder": encoder,
+        "dtype": dtype,
+        "limit": limit,
+        "chunking": {"size": params.size, "overlap": params.overlap, "min_size": params.min_size},
+        "hnsw": {"connectivity": hnsw.connectivity, "expansion_add": hnsw.expansion_add,
+                 "expansion_search": hnsw.expansion_search},
+    }
+
+
+def _open_partial(out: Path, spec: dict) -> Path:
+    import json
+
+    part = partial_dir(out)
+    state = part / BUILD_STATE
+    if state.is_file():
+        if json.loads(state.read_text()) != spec:
+            raise IndexMismatchError(
+                f"{part} holds an unfinished build with other arguments; fix: rerun that build "
+                f"or delete {part} to start this one"
+            )
+        logger.info("resuming the build in %s", part)
+    else:
+        if part.exists():
+            shutil.rmtree(part)  # a partial without its state file never committed a batch
+        part.mkdir(parents=True)
+        write_json_atomic(state, spec)
+    return part
+
+
+def _open_db(part: Path) -> sqlite_utils.Database:
+    db = sqlite_utils.Database(part / PASSAGES)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL survives a killed process intact
+    if "passages" not in db.table_names():
+        db["passages"].create(
+            {"key": int, "title": str, "text": str, "article": str, "source": str, "start": int, "end": int},
+            pk="key",
+        )
+        db["pending"].create({"key": int, "vector": bytes}, pk="key")
+        db["state"].create({"id": int, "consumed": int, "total": int, "encode_s": float}, pk="id")
+        db["state"].insert({"id": 1, "consumed": 0, "total": -1, "encode_s": 0.0})
+    return db
+
+
+def build_index(
+    corpora: list[str],
+    out: Path,
+    encoder: str | None = None,
+    dtype: str = "f16",
+    limit: int | None = None,
+    connectivity: int = HnswParams.connectivity,
+    expansion_add: int = HnswParams.expansion_add,
+    expansion_search: int = HnswParams.expansion_search,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    progress: Progress | None = None,
+    chunking: ChunkParams = ChunkParams(),
+    commit_every: int = DEFAULT_COMMIT_EVERY,
+) -> Path:
+    """Build (or resume, or find already built) the index of `corpora` in folder `out`.
+
+    Args:
+        corpora: corpus specs (see `corpus.py`), read in this order.
+        out: the index folder; it appears only when complete.
+        encoder: sentence-transformers model name; None for all-MiniLM-L6-v2 (offline).
+        dtype: stored vector type, "f16" (default), "i8" or "f32".
+        limit: read at most this many articles over all corpora (None: all).
+        connectivity, expansion_add, expansion_search: HNSW parameters (see `HnswParams`).
+        batch_size: encoder batch size.
+        progress: called as progress(chunks_done, chunks_total); total is 0 when unknown.
+        chunking: chunk size/overlap/minimum (the paper's 1000/100/200).
+        commit_every: chunks encoded per call and committed per transaction (what a kill can lose).
+
+    Returns:
+        `out`, holding vectors.usearch, passages.db and manifest.json.
+    """
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    if limit is not None and limit <= 0:
+        raise ValueError(f"limit must be a positive number of articles, got {limit}")
+    out = Path(out)
+    hnsw = HnswParams(connectivity, expansion_add, expansion_search)
+    name = canonical_name(encoder or DEFAULT_ENCODER)
+    spec = _build_spec(corpora, name, dtype, limit, chunking, hnsw)
+    if (out / MANIFEST).is_file():
+        from targ_mlx.index.store import read_manifest
+
+        built = read_manifest(out)["build"]
+        if built == spec:
+            logger.info("%s is already built", out)
+            return out
+        raise IndexMismatchError(
+            f"{out} already holds an index built as `{rebuild_command(built, out)}`; "
+            "fix: choose another --out or delete that folder"
+        )
+    for c in corpora:  # fail on a bad spec before loading the encoder
+        read_corpus(c)
+    started = time.time()
+    part = _open_partial(out, spec)
+    db = _open_db(part)
+    enc = load_encoder(name)
+    enc.batch_size = batch_size
+    _encode_all(db, enc, spec, chunking, progress, commit_every)
+    index_s = _build_hnsw(db, part, enc.dims, dtype, hnsw)
+    _finish(db, part, out, spec, enc, hnsw, started, index_s)
+    return out
+
+
+def _encode_all(db, enc: Encoder, spec: dict, params: ChunkParams, progress: Progress | None,
+                group_size: int) -> None:
+    state = db["state"].get(1)
+    total = state["total"]
+    if "pending" not in db.table_names():
+        return  # every chunk is encoded and the graph saved
+    if total < 0:
+        countable = all(_countable(c) for c in spec["corpora"])
+        total = sum(1 for _ in iter_chunks(spec["corpora"], params, spec["limit"])) if countable else 0
+        with db.conn:
+            db.conn.execute("UPDATE state SET total = ? WHERE id = 1", (total,))
+    done, encode_s = state["consumed"], state["encode_s"]
+    stream = itertools.islice(iter_chunks(spec["corpora"], params, spec["limit"]), done, None)
+    if progress:
+        progress(done, total)
+    while group := list(itertools.islice(stream, group_size)):
+        t0 = time.perf_counter()
+        vecs = enc.encode_passages([c.title for c in group], [c.text for c in group])
+        encode_s += time.perf_counter() - t0
+        done += len(group)
+        with db.conn:  # one transaction: the passages, their vectors and the resume point
+            # OR IGNORE: the same article twice in the input yields the same keys; keep one
+            db.conn.executemany(
+                "INSERT OR IGNORE INTO passages (key, title, text, article, source, start, end) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(c.key, c.title, c.text, c.article, c.source, c.start, c.end) for c in group],
+            )
+            db.conn.executemany(
+                "INSERT OR IGNORE INTO pending (key, vector) VALUES (?, ?)",
+                [(c.key, v.tobytes()) for c, v in zip(group, vecs)],
+            )
+            db.conn.execute("UPDATE state SET consumed = ?, encode_s = ? WHERE id = 1", (done, encode_s))
+        if progress:
+            progress(done, max(total, done) if total else 0)
+
+
+def _build_hnsw(db, part: Path, dims: int, dtype: str, hnsw: HnswParams) -> float:
+    from usearch.index import Index
+
+    if "pending" not in db.table_names():
+        return 0.0  # a previous run saved the graph and dropped the vectors, then was stopped
+    t0 = time.perf_counter()
+    index = Index(ndim=dims, metric=METRIC, dtype=dtype, connectivity=hnsw.connectivity,
+                  expansion_add=hnsw.expansion_add, expansion_search=hnsw.expansion_search)
+    last = -1
+    while True:
+        rows = db.execute(
+            "SELECT key, vector FROM pending WHERE key > ? ORDER BY key LIMIT ?", [last, _ADD_PAGE]
+        ).fetchall()
+        if not rows:
+            break
+        keys = np.fromiter((r[0] for r in rows), dtype=np.uint64, count=len(rows))
+        vecs = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), dims)
+        index.add(keys, vecs)
+        last = rows[-1][0]
+    tmp = part / (VECTORS + ".tmp")
+    index.save(str(tmp))
+    os.replace(tmp, part / VECTORS)
+    db["pending"].drop()
+    return time.perf_counter() - t0
+
+
+def _finish(db, part: Path, out: Path, spec: dict, enc: Encoder, hnsw: HnswParams, started: float,
+            index_s: float) -> None:
+    state = db["state"].get(1)
+    sources = db.execute(
+        "SELECT source, count(*), count(DISTINCT article) FROM passages GROUP BY source ORDER BY source"
+    ).fetchall()
+    passages = sum(r[1] for r in sources)
+    db.execute("PRAGMA journal_mode=DELETE")  # fold the WAL back: the index is one read-only file
+    db.vacuum()
+    db.close()
+    manifest = {
+        "format": FORMAT_VERSION,
+        "build": spec,
+        "encoder": enc.describe(),
+        "dtype": spec["dtype"],
+        "metric": METRIC,
+        "normalised": True,
+        "hnsw": spec["hnsw"],
+        "chunking": spec["chunking"],
+        "corpora": [{"source": s, "passages": n, "articles": a} for s, n, a in sources],
+        "counts": {"passages": passages, "articles": sum(r[2] for r in sources),
+                   "chunks_read": state["consumed"]},
+        "timing": {"encode_s": round(state["encode_s"], 2), "index_s": round(index_s, 2),
+                   "wall_s_last_run": round(time.time() - started, 2)},
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "files": describe_files(part),
+    }
+    write_json_atomic(part / MANIFEST, manifest)
+    if out.exists() and not any(out.iterdir()):
+        out.rmdir()
+    os.replace(part, out)  # atomic on one filesystem: DIR appears complete or not at all
+    (out / BUILD_STATE).unlink()
+    logger.info("built %s: %d passages", out, passages)

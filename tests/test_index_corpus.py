@@ -1,0 +1,140 @@
+"""Corpus readers on real data: the vital-articles package, JSONL, a MediaWiki XML dump, parquet."""
+
+import bz2
+import itertools
+import json
+
+import pytest
+
+from targ_mlx.index.corpus import read_corpus, read_jsonl, read_vital_articles, vital_articles_path
+from targ_mlx.index.errors import CorpusError
+from targ_mlx.index.wikitext import clean_wikitext
+
+
+def test_vital_articles_streams_all_10033_leads():
+    assert vital_articles_path().is_file()
+    n, first = 0, None
+    for a in read_vital_articles():
+        first = first or a
+        n += 1
+    assert n == 10_033
+    assert first.title and len(first.text) > 200 and first.source == "vital-articles"
+
+
+def test_jsonl_reader_real_pool():
+    from conftest import WIKI_POOL
+
+    rows = list(itertools.islice(read_corpus(str(WIKI_POOL)), 5))
+    assert len(rows) == 5 and all(r.text and r.source == "wiki_pool.jsonl" for r in rows)
+    assert rows[0].id == json.loads(WIKI_POOL.open().readline())["id"]
+
+
+def test_jsonl_reader_names_bad_line(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"title": "A", "text": "fine"}\n{"title": "B"}\n')
+    with pytest.raises(CorpusError, match=r"bad.jsonl:2"):
+        list(read_jsonl(path))
+
+
+def test_unknown_spec_names_the_fix(tmp_path):
+    with pytest.raises(CorpusError, match="fix"):
+        read_corpus(str(tmp_path / "missing.jsonl"))
+
+
+_ARTICLE = """{{Short description|English mathematician}}
+{{Infobox person|name=Ada Lovelace|birth_date=1815}}
+'''Augusta Ada King, Countess of Lovelace''' was an English [[mathematician]] and [[writer]],
+chiefly known for her work on [[Charles Babbage]]'s proposed [[Analytical Engine|mechanical computer]].<ref>{{cite web|url=http://example.org|title=x}}</ref>
+[[File:Ada Lovelace portrait.jpg|thumb|Portrait of Ada]]
+
+== Biography ==
+She was the first to recognise that the machine had applications beyond pure calculation.
+{| class="wikitable"
+! Year !! Event
+|-
+| 1843 || Notes
+|}
+
+== See also ==
+* [[Women in computing]]
+
+== References ==
+{{Reflist}}
+[[Category:1815 births]]
+[[fr:Ada Lovelace]]
+"""
+
+
+def _page(title, ns, pid, text, redirect=None):
+    red = f'    <redirect title="{redirect}" />\n' if redirect else ""
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return f"""  <page>
+    <title>{title}</title>
+    <ns>{ns}</ns>
+    <id>{pid}</id>
+{red}    <revision>
+      <id>{pid}000</id>
+      <parentid>{pid}001</parentid>
+      <timestamp>2024-01-01T00:00:00Z</timestamp>
+      <contributor><username>Example</username><id>7</id></contributor>
+      <model>wikitext</model>
+      <format>text/x-wiki</format>
+      <text bytes="{len(text)}" xml:space="preserve">{text}</text>
+      <sha1>abc</sha1>
+    </revision>
+  </page>
+"""
+
+
+def write_dump(path):
+    """A small dump in the real export-0.11 format (siteinfo, namespaces, pages, revisions)."""
+    pages = "".join([
+        _page("Ada Lovelace", 0, 12, _ARTICLE),
+        _page("Lovelace", 0, 13, "#REDIRECT [[Ada Lovelace]]", redirect="Ada Lovelace"),
+        _page("Mercury", 0, 14, "'''Mercury''' may refer to:\n* [[Mercury (planet)]]\n{{disambiguation}}"),
+        _page("Talk:Ada Lovelace", 1, 15, "Talk page text that must not be indexed at all."),
+    ])
+    xml = f"""<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.11/" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance" version="0.11" xml:lang="en">
+  <siteinfo>
+    <sitename>Wikipedia</sitename>
+    <dbname>enwiki</dbname>
+    <base>https://en.wikipedia.org/wiki/Main_Page</base>
+    <generator>MediaWiki 1.42.0-wmf.1</generator>
+    <case>first-letter</case>
+    <namespaces>
+      <namespace key="0" case="first-letter" />
+      <namespace key="1" case="first-letter">Talk</namespace>
+    </namespaces>
+  </siteinfo>
+{pages}</mediawiki>
+"""
+    with bz2.open(path, "wt", encoding="utf-8") as f:
+        f.write(xml)
+
+
+def test_xml_dump_reader_cleans_and_skips(tmp_path):
+    dump = tmp_path / "enwiki-20240101-pages-articles-multistream1.xml.bz2"
+    write_dump(dump)
+    articles = list(read_corpus(str(dump)))
+    assert [a.title for a in articles] == ["Ada Lovelace"]
+    a = articles[0]
+    assert a.id == "12" and a.source == dump.name
+    assert a.text.startswith("Augusta Ada King, Countess of Lovelace was an English mathematician")
+    assert "mechanical computer" in a.text and "beyond pure calculation" in a.text
+    for junk in ("{{", "[[", "<ref", "cite web", "Category", "wikitable", "Reflist", "Women in computing", "thumb"):
+        assert junk not in a.text, junk
+
+
+def test_clean_wikitext_keeps_link_text():
+    assert clean_wikitext("A [[B|c]] and [[D]].<ref>x</ref>") == "A c and D."
+
+
+def test_parquet_reader(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"id": ["12", "25"], "url": ["u1", "u2"], "title": ["Ada Lovelace", "Autism"],
+                      "text": ["Ada was a mathematician. " * 20, "Autism is a condition. " * 20]})
+    pq.write_table(table, tmp_path / "train-00000-of-00041.parquet")
+    articles = list(read_corpus(str(tmp_path)))
+    assert [(a.id, a.title) for a in articles] == [("12", "Ada Lovelace"), ("25", "Autism")]
