@@ -116,17 +116,21 @@ def bench_real(index_dir: Path, n_recall: int, n_latency: int) -> dict:
 
 
 # ---------------------------------------------------------------------------------------- scale
-def clustered(n: int, dims: int, clusters: int, seed: int) -> np.ndarray:
-    """Normalised points around random cluster centres, cluster sizes Zipf-like (not uniform)."""
+def clustered(n: int, dims: int, clusters: int, seed: int, latent: int = 64) -> np.ndarray:
+    """Normalised points from a Gaussian mixture in a `latent`-d space mapped into `dims`, with a
+    little isotropic noise: clustered, with cluster sizes Zipf-like, and of low intrinsic dimension
+    like real sentence embeddings (uniform random vectors are a known pathological case for HNSW)."""
     rng = np.random.default_rng(seed)
-    centres = rng.standard_normal((clusters, dims), dtype=np.float32)
+    centres = rng.standard_normal((clusters, latent), dtype=np.float32)
+    lift = rng.standard_normal((latent, dims), dtype=np.float32) / np.sqrt(latent)
     weights = 1.0 / np.arange(1, clusters + 1) ** 0.7
     labels = rng.choice(clusters, size=n, p=weights / weights.sum())
     out = np.empty((n, dims), dtype=np.float32)
     for i in range(0, n, 100_000):
-        part = centres[labels[i : i + 100_000]]
-        part = part + 0.9 * rng.standard_normal(part.shape, dtype=np.float32)
-        out[i : i + 100_000] = part / np.linalg.norm(part, axis=1, keepdims=True)
+        z = centres[labels[i : i + 100_000]]
+        z = z + 0.5 * rng.standard_normal(z.shape, dtype=np.float32)
+        x = z @ lift + 0.05 * rng.standard_normal((len(z), dims), dtype=np.float32)
+        out[i : i + 100_000] = x / np.linalg.norm(x, axis=1, keepdims=True)
     return out
 
 
@@ -159,7 +163,8 @@ def _open_probe(path: str, view: bool, queries: str, n_queries: int) -> dict:
             "rss_after_queries_mb": round((rss_q - rss0) / 2**20, 1), "queries": n_queries}
 
 
-def bench_scale(n: int, work: Path, dtypes: list[str], efs: list[int], n_queries: int) -> dict:
+def bench_scale(n: int, work: Path, dtypes: list[str], efs: list[int], n_queries: int,
+                connectivity: int, expansion_add: int) -> dict:
     from usearch.index import Index
 
     work.mkdir(parents=True, exist_ok=True)
@@ -170,13 +175,17 @@ def bench_scale(n: int, work: Path, dtypes: list[str], efs: list[int], n_queries
     base, queries = data[:n], np.ascontiguousarray(data[n:])
     np.save(work / "queries.npy", queries)
     truth = exact_top_k(base, queries, K)
-    out: dict = {"n": n, "dims": dims, "queries": n_queries, "data_s": round(time.perf_counter() - t0, 1)}
+    out: dict = {"n": n, "dims": dims, "queries": n_queries, "data_s": round(time.perf_counter() - t0, 1),
+                 "connectivity": connectivity, "expansion_add": expansion_add}
     for dtype in dtypes:
         path = work / f"{dtype}.usearch"
         res: dict = {}
-        index = Index(ndim=dims, metric="ip", dtype=dtype, connectivity=16, expansion_add=128, expansion_search=64)
+        index = Index(ndim=dims, metric="ip", dtype=dtype, connectivity=connectivity,
+                      expansion_add=expansion_add, expansion_search=64)
         t0 = time.perf_counter()
-        index.add(np.arange(n, dtype=np.uint64), base)
+        for i in range(0, n, 100_000):  # in slices, to print progress on long builds
+            index.add(np.arange(i, min(i + 100_000, n), dtype=np.uint64), base[i : i + 100_000])
+            print(f"{dtype}: added {min(i + 100_000, n):,} in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
         res["add_s"] = round(time.perf_counter() - t0, 1)
         res["add_vectors_per_s"] = round(n / res["add_s"])
         index.save(str(path))
@@ -218,6 +227,8 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     s.add_argument("--dtypes", nargs="+", default=["f16", "i8"])
     s.add_argument("--ef", type=int, nargs="+", default=[64, 128])
     s.add_argument("--queries", type=int, default=1000)
+    s.add_argument("--connectivity", type=int, default=16)
+    s.add_argument("--expansion-add", type=int, default=128)
     for q in (r, s):
         q.add_argument("--output-dir", type=Path, default=REPO / "runs" / "bench_index")
     probe = sub.add_parser("_probe")
@@ -236,7 +247,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.part == "real":
         res = bench_real(args.index, args.recall_queries, args.latency_queries)
     else:
-        res = bench_scale(args.n, args.work, args.dtypes, args.ef, args.queries)
+        res = bench_scale(args.n, args.work, args.dtypes, args.ef, args.queries, args.connectivity,
+                          args.expansion_add)
     res["machine"] = {"platform": platform.platform(), "cpus": os.cpu_count(),
                       "date": time.strftime("%Y-%m-%d %H:%M")}
     args.output_dir.mkdir(parents=True, exist_ok=True)

@@ -77,3 +77,16 @@ def bind_openblas() -> str | None:
         return None
     BLAS_PATH, BLAS_STATUS = path, f"OpenBLAS bound from {path}"
     return path
+
+
+def set_blas_threads(n: int) -> bool:
+    """Set OpenBLAS's thread count at run time (returns False when no OpenBLAS is bound)."""
+    if BLAS_PATH is None:
+        return False
+    lib = ctypes.CDLL(BLAS_PATH)
+    for name in ("openblas_set_num_threads", "scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_"):
+        fn = getattr(lib, name, None)
+        if fn is not None:
+            fn(int(n))
+            return True
+    return False

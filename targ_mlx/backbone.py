@@ -52,18 +52,36 @@ class Backbone:
         return make_prompt_cache(self.model)
 
     def prefill(self, ids: list[int], cache: list[Any]) -> mx.array:
-        """Run `ids` (one sequence) through the model; returns the last position's logits (1, V)."""
+        """Run `ids` (one sequence) through the model; returns the last position's logits (1, V).
+
+        Only the last position goes through the LM head: for a small model with a large
+        vocabulary (SmolLM2: 49k x 576) that head is ~20% of the prefill FLOPs.
+        """
         tokens = mx.array(ids, dtype=mx.int32)[None]
         for start in range(0, tokens.shape[1] - PREFILL_CHUNK, PREFILL_CHUNK):
-            self.model(tokens[:, start : start + PREFILL_CHUNK], cache=cache)
+            self._hidden(tokens[:, start : start + PREFILL_CHUNK], cache)
             mx.eval([c.state for c in cache])
         last = (tokens.shape[1] - 1) // PREFILL_CHUNK * PREFILL_CHUNK
-        logits = self.model(tokens[:, last:], cache=cache)
-        return logits[:, -1, :].astype(mx.float32)
+        h = self._hidden(tokens[:, last:], cache)
+        if h is None:  # an architecture without the usual .model/.lm_head split
+            return self.model(tokens[:, last:], cache=cache)[:, -1, :].astype(mx.float32)
+        return self._head(h[:, -1:, :])[:, -1, :].astype(mx.float32)
 
     def step(self, tokens: mx.array, cache: list[Any]) -> mx.array:
         """One decode step for a batch: tokens (B,) -> logits (B, V) in float32."""
         return self.model(tokens[:, None], cache=cache)[:, -1, :].astype(mx.float32)
+
+    def _hidden(self, tokens: mx.array, cache: list[Any]) -> mx.array | None:
+        inner = getattr(self.model, "model", None)
+        if inner is None or not hasattr(inner, "embed_tokens"):
+            self.model(tokens, cache=cache)
+            return None
+        return inner(tokens, cache=cache)
+
+    def _head(self, h: mx.array) -> mx.array:
+        if getattr(self.model, "lm_head", None) is not None and not getattr(self.model.args, "tie_word_embeddings", False):
+            return self.model.lm_head(h)
+        return self.model.model.embed_tokens.as_linear(h)
 
 
 def alias_path(name: str) -> str:

@@ -206,11 +206,16 @@ def load_gguf(path: str, dtype: str = "auto") -> GGUFModel:
         on_cpu = mx.default_device() == mx.cpu
         dtype = "float32" if (quant is None or (on_cpu and n_params <= 2_000_000_000)) else "quantized"
     if dtype == "quantized" and quant is not None:
-        bits, group = quant
-        nn.quantize(model, group_size=group, bits=bits,
-                    class_predicate=lambda p, m: f"{p}.scales" in weights)
-        dense = {k: v for k, v in weights.items()}
-        label = f"q{bits}"
+        # Bits differ per tensor (SmolLM2's Q4_1 file keeps its embedding in Q8_0).
+        def predicate(p, m):
+            if f"{p}.scales" not in weights:
+                return False
+            bits, group = _quant_bits({f"{p}.scales": weights[f"{p}.scales"], f"{p}.weight": weights[f"{p}.weight"]})
+            return {"group_size": group, "bits": bits}
+
+        nn.quantize(model, class_predicate=predicate)
+        dense = weights
+        label = f"q{quant[0]}"
     else:
         if dtype == "quantized":
             dtype = "float32"

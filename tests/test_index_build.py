@@ -6,6 +6,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _keys(index_dir: Path) -> list[int]:
-    with sqlite3.connect(index_dir / PASSAGES) as db:
+    with closing(sqlite3.connect(index_dir / PASSAGES)) as db:
         return [k for (k,) in db.execute("SELECT key FROM passages ORDER BY key")]
 
 
@@ -56,7 +57,8 @@ def _build_cmd(corpus: Path, out: Path) -> list[str]:
 
 def _committed(part: Path) -> int:
     try:
-        with sqlite3.connect(f"file:{part / PASSAGES}?mode=ro", uri=True, timeout=0.1) as db:
+        # closed at once: a reader left open would block the build's final journal switch
+        with closing(sqlite3.connect(f"file:{part / PASSAGES}?mode=ro", uri=True, timeout=0.1)) as db:
             return db.execute("SELECT consumed FROM state").fetchone()[0]
     except sqlite3.Error:
         return 0

@@ -33,6 +33,12 @@ def test_exact_retriever_finds_gold(exact, small_index_questions):
 def test_exact_and_index_agree_on_top1(exact, small_index_dir, small_index_questions):
     index = open_retriever(small_index_dir)
     questions = [q["question"] for q in small_index_questions[:20]]
-    # passages here are whole (< 1,000 chars), so the index's chunks equal the exact passages
-    agree = sum(" ".join(a[0].text.split()) == " ".join(b[0].text.split()) for a, b in zip(exact.search_batch(questions, 1), index.search_batch(questions, 1)))
-    assert agree >= 19
+    # the index holds chunks of these passages (whitespace normalised, f16): its top-1 should be
+    # a chunk of the exact top-1 passage
+    pairs = zip(exact.search_batch(questions, 1), index.search_batch(questions, 1))
+    agree = sum(_norm(b[0].text) in _norm(a[0].text) for a, b in pairs)
+    assert agree >= 18
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.split())

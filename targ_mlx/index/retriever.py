@@ -67,7 +67,8 @@ class IndexRetriever:
         found = self.index.search(vectors, k, exact=exact)
         keys = np.atleast_2d(found.keys)
         dists = np.atleast_2d(found.distances)
-        counts = np.atleast_1d(found.counts)
+        # one query gives usearch `Matches` (no counts), several give `BatchMatches`
+        counts = np.atleast_1d(getattr(found, "counts", len(found.keys)))
         rows = self.passages([int(x) for i, c in enumerate(counts) for x in keys[i, :c]])
         return [
             [

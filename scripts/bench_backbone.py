@@ -1,0 +1,131 @@
+"""Backbone speed: MLX (this project's loader) vs llama.cpp on the same GGUF, side by side.
+
+Each round times, back to back on the same prompt: MLX prefill, MLX greedy decode, llama.cpp
+prefill, llama.cpp greedy decode; ratios are taken per round (the machine is shared and
+noisy) and their medians reported. Variants show where MLX's time goes on CPU.
+
+    python scripts/bench_backbone.py --rounds 5 --output-dir runs/bench_backbone
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from datetime import date
+
+import targ_mlx  # noqa: F401  (binds OpenBLAS before mlx.core)
+import mlx.core as mx
+import numpy as np
+
+from targ_mlx._blas import BLAS_STATUS, set_blas_threads
+from targ_mlx.backbone import alias_path, load_backbone
+
+TEXT = ("The history of the Roman Empire covers the history of ancient Rome from the fall of the Roman "
+        "Republic in 27 BC until the abdication of Romulus Augustulus in AD 476 in the West. ") * 40
+
+
+def mlx_round(bb, prompt, n_decode, batch=1):
+    cache = bb.make_cache()
+    t0 = time.perf_counter()
+    logits = bb.prefill(prompt, cache)
+    mx.eval(logits)
+    t1 = time.perf_counter()
+    if batch > 1:
+        from targ_mlx.draft import _repeat_rows
+
+        cache = _repeat_rows(cache, batch)
+        logits = mx.repeat(logits, batch, axis=0)
+    y = mx.argmax(logits, axis=-1)
+    mx.async_eval(y)
+    for _ in range(n_decode):  # pipelined as in targ_mlx.draft: schedule, then read back
+        nxt = mx.argmax(bb.step(y, cache), axis=-1)
+        mx.async_eval(nxt)
+        y.tolist()
+        y = nxt
+    y.tolist()
+    t2 = time.perf_counter()
+    return t1 - t0, t2 - t1
+
+
+def llama_round(llm, prompt, n_decode):
+    llm.reset()
+    t0 = time.perf_counter()
+    llm.eval(prompt)
+    t1 = time.perf_counter()
+    for _ in range(n_decode):
+        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        llm.eval([tok])
+    t2 = time.perf_counter()
+    return t1 - t0, t2 - t1
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="smollm2-135m", help="alias or .gguf path (default smollm2-135m)")
+    ap.add_argument("--prompt-tokens", type=int, default=256)
+    ap.add_argument("--decode-tokens", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--variants", default="fp32,fp32-batch6,q4",
+                    help="comma list of fp32 | fp32-batch6 | q4 | fp32-1thread")
+    ap.add_argument("--output-dir", default="runs/bench_backbone")
+    args = ap.parse_args(argv)
+    try:
+        from llama_cpp import Llama
+    except ImportError:
+        sys.exit("llama-cpp-python is not installed: pip install -e '.[bench]' (builds llama.cpp from source, ~7 min)")
+    path = alias_path(args.model) if not args.model.endswith(".gguf") else args.model
+    variants = args.variants.split(",")
+    models = {"fp32": load_backbone(args.model, dtype="float32")}
+    if "q4" in variants:
+        models["q4"] = load_backbone(args.model, dtype="quantized")
+    llm = Llama(model_path=path, n_ctx=2048, n_batch=512, n_threads=args.threads, verbose=False)
+    prompt = models["fp32"].tokenizer.encode(TEXT)[: args.prompt_tokens]
+    rows = {v: [] for v in variants}
+    for r in range(args.rounds + 1):  # round 0 warms caches and is dropped
+        ref = llama_round(llm, prompt, args.decode_tokens)
+        for v in variants:
+            set_blas_threads(1 if v == "fp32-1thread" else args.threads)
+            bb = models["q4" if v == "q4" else "fp32"]
+            batch = 6 if v == "fp32-batch6" else 1
+            got = mlx_round(bb, prompt, args.decode_tokens, batch)
+            ref2 = llama_round(llm, prompt, args.decode_tokens)  # bracket each MLX run
+            lp = (ref[0] + ref2[0]) / 2
+            ld = (ref[1] + ref2[1]) / 2
+            if r > 0:
+                rows[v].append({"mlx_prefill_s": got[0], "mlx_decode_s": got[1], "llama_prefill_s": lp,
+                                "llama_decode_s": ld, "prefill_ratio": lp / got[0],
+                                "decode_ratio": ld / got[1] * batch})
+            ref = ref2
+        set_blas_threads(args.threads)
+    summary = {}
+    for v, rs in rows.items():
+        med = lambda k: statistics.median(x[k] for x in rs)  # noqa: E731
+        summary[v] = {
+            "mlx_prefill_tok_s": args.prompt_tokens / med("mlx_prefill_s"),
+            "mlx_decode_tok_s": args.decode_tokens * (6 if v == "fp32-batch6" else 1) / med("mlx_decode_s"),
+            "llama_prefill_tok_s": args.prompt_tokens / med("llama_prefill_s"),
+            "llama_decode_tok_s": args.decode_tokens / med("llama_decode_s"),
+            "prefill_ratio": med("prefill_ratio"),
+            "decode_ratio": med("decode_ratio"),
+        }
+    meta = {"date": str(date.today()), "machine": f"{platform.machine()} {os.cpu_count()} cores, {platform.platform()}",
+            "blas": BLAS_STATUS, "model": path, "prompt_tokens": args.prompt_tokens,
+            "decode_tokens": args.decode_tokens, "rounds": args.rounds, "load_avg": os.getloadavg()}
+    os.makedirs(args.output_dir, exist_ok=True)
+    with open(os.path.join(args.output_dir, "bench_backbone.json"), "w") as f:
+        json.dump({"meta": meta, "summary": summary, "rounds": rows}, f, indent=2)
+    print(json.dumps(meta))
+    print(f"{'variant':14} {'MLX prefill':>12} {'llama prefill':>14} {'ratio':>6} {'MLX decode':>11} {'llama decode':>13} {'ratio':>6}")
+    for v, s in summary.items():
+        print(f"{v:14} {s['mlx_prefill_tok_s']:10.0f}/s {s['llama_prefill_tok_s']:12.0f}/s {s['prefill_ratio']:6.2f} "
+              f"{s['mlx_decode_tok_s']:9.1f}/s {s['llama_decode_tok_s']:11.1f}/s {s['decode_ratio']:6.2f}")
+
+
+if __name__ == "__main__":
+    main()

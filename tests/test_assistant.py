@@ -1,0 +1,92 @@
+"""Algorithm 1 end to end on the real model: skip == Never token for token, retrieval path,
+context budget, bad questions."""
+
+import pytest
+
+from targ_mlx.errors import QuestionError
+
+QUESTIONS = ["Who wrote Hamlet?", "what is the capital of france", "when did the titanic sink"]
+
+
+@pytest.mark.parametrize("question", QUESTIONS)
+def test_skipped_answer_is_never_answer(assistant_factory, question):
+    a = assistant_factory(gate="margin", tau=1.0)  # U_mar <= 1, so U > 1 never holds
+    gated, never = a.answer(question), a.answer(question, gate="never")
+    assert not gated.retrieved and not never.retrieved
+    assert gated.answer == never.answer
+    assert gated.tokens.output == never.tokens.output
+    assert gated.latency.retrieval == 0.0 and gated.latency.prefill == 0.0
+    assert set(gated.scores) == {"entropy", "margin"}
+
+
+def test_variance_skip_matches_never(assistant_factory):
+    a = assistant_factory(gate="variance", tau=0.9)  # U_var <= 0.8 for N=5
+    v, n = a.answer(QUESTIONS[0]), a.answer(QUESTIONS[0], gate="never")
+    assert v.answer == n.answer and not v.retrieved
+    assert 0 <= v.scores["variance"] <= 0.8
+    assert v.tokens.samples > 0
+
+
+def test_record_fields(assistant_factory):
+    r = assistant_factory(gate="margin", tau=1.0, k=10).answer(QUESTIONS[1])
+    assert r.k == 10 and r.tokens.draft <= 10 and r.tokens.prompt > 10
+    assert r.latency.total >= r.latency.draft > 0
+    assert r.finish_reason in ("stop", "length")
+    assert 0 < r.score <= 1 and r.score == r.scores["margin"]
+    d = r.to_dict()
+    assert d["latency"]["draft"] > 0 and d["tokens"]["output"] == r.tokens.output
+
+
+def test_always_retrieves_within_budget(assistant_factory, small_index_dir, small_index_questions):
+    from targ_mlx.index import open_retriever
+
+    retriever = open_retriever(small_index_dir)
+    a = assistant_factory(retriever=retriever, gate="always", context_tokens=200, top_k=5)
+    q = small_index_questions[0]
+    r = a.answer(q["question"])
+    assert r.retrieved and 1 <= len(r.passages) <= 5
+    assert 0 < r.tokens.context <= 200
+    assert r.tokens.draft == 0 and r.latency.draft == 0.0
+    assert r.latency.retrieval > 0 and r.latency.prefill > 0
+    assert r.scores == {}
+
+
+def test_gate_retrieves_when_unsure(assistant_factory, small_index_dir):
+    from targ_mlx.index import open_retriever
+
+    a = assistant_factory(retriever=open_retriever(small_index_dir), gate="margin", tau=0.0)
+    r = a.answer(QUESTIONS[2])
+    assert r.retrieved and r.passages and r.score > 0
+
+
+def test_streaming_is_cumulative(assistant_factory):
+    seen = []
+    r = assistant_factory(gate="never").answer(QUESTIONS[0], on_text=seen.append)
+    assert seen and seen[-1] == r.answer
+    assert all(seen[i + 1].startswith(seen[i][: max(0, len(seen[i]) - 1)]) for i in range(len(seen) - 1))
+
+
+def test_cancel_stops_generation(assistant_factory):
+    import threading
+
+    ev = threading.Event()
+    ev.set()
+    r = assistant_factory(gate="never", max_tokens=32, k=4).answer("Tell me a long story about dragons.", cancel=ev)
+    assert r.finish_reason == "cancelled" and r.tokens.output <= 6
+
+
+def test_bad_questions(assistant_factory):
+    a = assistant_factory(gate="never")
+    with pytest.raises(QuestionError, match="empty question"):
+        a.answer("   ")
+    with pytest.raises(QuestionError, match="characters; the limit"):
+        a.answer("why " * 10_000)
+    with pytest.raises(QuestionError, match="context window"):
+        a.answer("0123456789" * 1_900)  # digits tokenize one by one: ~19k tokens
+
+
+def test_needs_index_error(assistant_factory):
+    from targ_mlx.assistant import NoRetrieverError
+
+    with pytest.raises(NoRetrieverError, match="--index"):
+        assistant_factory(gate="always").answer(QUESTIONS[0])
