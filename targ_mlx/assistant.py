@@ -125,7 +125,7 @@ class Assistant:
         lat = dict(draft=0.0, gate=0.0, retrieval=0.0, prefill=0.0, decode=0.0)
         scores: dict[str, float] = {}
         d = None
-        if s.gate != "always":
+        if s.gate not in ("always", "never"):  # Never-RAG is plain greedy decoding, no draft statistics
             d = draft(self.backbone, base_ids, s.k, s.n_samples if s.gate == "variance" else 0,
                       s.temperature, s.seed)
             lat["draft"] = d.prefill_s + d.decode_s
@@ -143,6 +143,8 @@ class Assistant:
         rechecked_at = None
         if decision.retrieve:
             out, passages, ctx_tokens = self._rag(q, s, [], stream, cancel, lat)
+        elif d is None:
+            out, lat["prefill"], lat["decode"] = generate(self.backbone, base_ids, s.max_tokens, cancel, stream.push)
         else:
             out = list(d.tokens)
             stream.extend(out)

@@ -17,7 +17,7 @@ import mlx.core as mx
 from mlx_lm.models.cache import KVCache
 
 from targ_mlx.backbone import Backbone
-from targ_mlx.gates import DraftSignals, step_entropy, step_gap
+from targ_mlx.gates import DraftSignals, step_stats
 
 DEFAULT_K = 20
 DEFAULT_N = 5
@@ -54,11 +54,11 @@ def _greedy(bb: Backbone, cache: list[Any], logits: mx.array, max_new: int, stat
     eos = bb.tokenizer.eos_ids
 
     def pick(lg):
-        y = mx.argmax(lg, axis=-1)
         if stats:
-            out = (y, step_entropy(lg)[0], step_gap(lg)[0])
+            y, e, g = step_stats(lg)
+            out = (y, e[0], g[0])
         else:
-            out = (y, None, None)
+            out = (mx.argmax(lg, axis=-1), None, None)
         mx.async_eval([a for a in out if a is not None])
         return out
 
@@ -139,10 +139,11 @@ def _batched_draft(bb: Backbone, cache: list[Any], logits: mx.array, k: int, n: 
     for t in range(k):
         key, sub = mx.random.split(key)
         sampled = mx.random.categorical(lg[1:] * (1.0 / temperature), key=sub).astype(mx.int32)
-        y = mx.concatenate([mx.argmax(lg[:1], axis=-1).astype(mx.int32), sampled])
+        g_tok, g_ent, g_gap = step_stats(lg[:1])
+        y = mx.concatenate([g_tok.astype(mx.int32), sampled])
         y = mx.where(done, eos0, y)  # finished rows keep emitting EOS
-        ents.append(step_entropy(lg[:1])[0])
-        gaps.append(step_gap(lg[:1])[0])
+        ents.append(g_ent[0])
+        gaps.append(g_gap[0])
         rows.append(y)
         done = done | mx.any(y[:, None] == eos[None, :], axis=-1)
         if t + 1 < k:

@@ -107,3 +107,23 @@ def test_kill_9_then_resume_gives_exactly_the_unique_chunks(tmp_path, small_inde
     r = open_retriever(out)
     assert len(r) == len(set(expected))
     assert r.manifest["counts"]["chunks_read"] == len(expected)
+
+
+def test_reuse_takes_vectors_of_identical_chunks(tmp_path, small_index_dir, small_index_corpus):
+    from targ_mlx.index import load_encoder
+    from targ_mlx.index.reuse import VectorSource
+
+    subset = tmp_path / "small_pool.jsonl"  # same file name: same corpus label, same chunk keys
+    subset.write_text("".join(small_index_corpus.read_text().splitlines(keepends=True)[:30]))
+    chunks = list(iter_chunks([str(subset)], ChunkParams()))
+    enc = load_encoder()
+    source = VectorSource([small_index_dir], enc.name, enc.dims)
+    found = source.lookup(chunks)
+    assert set(found) == {c.key for c in chunks}
+    fresh = enc.encode_passages([c.title for c in chunks[:5]], [c.text for c in chunks[:5]])
+    for c, v in zip(chunks[:5], fresh):
+        assert float(found[c.key] @ v) > 0.999  # f16-rounded copies of the same vectors
+
+    out = build_index([str(subset)], tmp_path / "reused", reuse=[small_index_dir])
+    assert _keys(out) == sorted(c.key for c in chunks)
+    assert open_retriever(out).manifest["timing"]["encode_s"] < 1.0  # nothing was encoded

@@ -69,6 +69,8 @@ def setup_arg_parser() -> argparse.ArgumentParser:
                    help=f"encoder batch size (default: {DEFAULT_BATCH_SIZE})")
     b.add_argument("--commit-every", type=int, default=DEFAULT_COMMIT_EVERY,
                    help=f"chunks per encode call and per resumable commit (default: {DEFAULT_COMMIT_EVERY})")
+    b.add_argument("--reuse", nargs="+", default=[], metavar="DIR",
+                   help="finished indexes (same encoder) to take vectors from for identical chunks")
     b.add_argument("--quiet", action="store_true", help="no progress bar")
 
     i = sub.add_parser("info", help="print an index's manifest summary")
@@ -91,6 +93,7 @@ def _build(args) -> None:
         args.corpus, args.out, encoder=args.encoder, dtype=args.dtype, limit=args.limit,
         connectivity=args.connectivity, expansion_add=args.expansion_add,
         expansion_search=args.expansion_search, batch_size=args.batch_size, commit_every=args.commit_every,
+        reuse=args.reuse,
         progress=None if args.quiet else ProgressBar(),
     )
     _info(out, verify=False, as_json=False)

@@ -14,7 +14,7 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import sqlite_utils
@@ -23,6 +23,7 @@ from targ_mlx.index.chunking import Chunk, ChunkParams, chunk_article
 from targ_mlx.index.corpus import Article, corpus_label, read_corpus
 from targ_mlx.index.encoder import DEFAULT_BATCH_SIZE, DEFAULT_ENCODER, Encoder, canonical_name, load_encoder
 from targ_mlx.index.errors import IndexMismatchError
+from targ_mlx.index.reuse import VectorSource
 from targ_mlx.index.store import (
     BUILD_STATE,
     DTYPES,
@@ -122,6 +123,7 @@ def build_index(
     progress: Progress | None = None,
     chunking: ChunkParams = ChunkParams(),
     commit_every: int = DEFAULT_COMMIT_EVERY,
+    reuse: Sequence[Path] = (),
 ) -> Path:
     """Build (or resume, or find already built) the index of `corpora` in folder `out`.
 
@@ -136,6 +138,8 @@ def build_index(
         progress: called as progress(chunks_done, chunks_total); total is 0 when unknown.
         chunking: chunk size/overlap/minimum (the paper's 1000/100/200).
         commit_every: chunks encoded per call and committed per transaction (what a kill can lose).
+        reuse: finished index folders (same encoder) whose vectors are taken for identical chunks
+            instead of encoding them again.
 
     Returns:
         `out`, holding vectors.usearch, passages.db and manifest.json.
@@ -166,14 +170,15 @@ def build_index(
     db = _open_db(part)
     enc = load_encoder(name)
     enc.batch_size = batch_size
-    _encode_all(db, enc, spec, chunking, progress, commit_every)
+    source = VectorSource(reuse, name, enc.dims) if reuse else None
+    _encode_all(db, enc, spec, chunking, progress, commit_every, source)
     index_s = _build_hnsw(db, part, enc.dims, dtype, hnsw)
     _finish(db, part, out, spec, enc, hnsw, started, index_s)
     return out
 
 
 def _encode_all(db, enc: Encoder, spec: dict, params: ChunkParams, progress: Progress | None,
-                group_size: int) -> None:
+                group_size: int, source: VectorSource | None = None) -> None:
     state = db["state"].get(1)
     total = state["total"]
     if "pending" not in db.table_names():
@@ -189,7 +194,11 @@ def _encode_all(db, enc: Encoder, spec: dict, params: ChunkParams, progress: Pro
         progress(done, total)
     while group := list(itertools.islice(stream, group_size)):
         t0 = time.perf_counter()
-        vecs = enc.encode_passages([c.title for c in group], [c.text for c in group])
+        known = source.lookup(group) if source else {}
+        todo = [c for c in group if c.key not in known]
+        if todo:
+            known.update(zip((c.key for c in todo), enc.encode_passages([c.title for c in todo], [c.text for c in todo])))
+        vecs = [known[c.key] for c in group]
         encode_s += time.perf_counter() - t0
         done += len(group)
         with db.conn:  # one transaction: the passages, their vectors and the resume point

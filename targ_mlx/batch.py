@@ -1,0 +1,170 @@
+"""Batched decoding of several questions at once: left-padded prefill and greedy/sampled decode.
+
+B prompts of different lengths share one `BatchKVCache` per layer (mlx-lm's left-padded cache,
+the one its `BatchGenerator` uses), so a decode step is one GEMM over B rows instead of B GEMVs.
+Rows can be greedy or sampled; greedy rows also report the per-step entropy, top-1/top-2 gap and
+the chosen token's log-probability, computed in MLX. Nothing here knows about gates or prompts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import mlx.core as mx
+from mlx_lm.models.cache import BatchKVCache
+
+from targ_mlx.backbone import PREFILL_CHUNK, Backbone
+from targ_mlx.gates import step_entropy, step_gap
+
+PAD_ID = 0  # any valid id: padded positions are masked out of attention
+
+
+@dataclass
+class BatchDecode:
+    """Per row: the tokens up to and including EOS (or the step cap), and greedy-row statistics."""
+
+    tokens: list[list[int]]
+    entropies: list[list[float]]  # empty lists for sampled rows
+    gaps: list[list[float]]
+    logprobs: list[list[float]]  # log p of the chosen (greedy) token
+
+
+def make_batch_cache(bb: Backbone, left_padding: Sequence[int]) -> list[BatchKVCache]:
+    return [BatchKVCache(list(left_padding)) for _ in bb.make_cache()]
+
+
+def prefill_batch(bb: Backbone, seqs: Sequence[Sequence[int]]) -> tuple[mx.array, list[BatchKVCache]]:
+    """Left-pad `seqs` to one length and run them together; returns last-position logits (B, V).
+
+    Chunked like `Backbone.prefill` so attention scratch stays bounded; only the last position
+    goes through the LM head.
+    """
+    if not seqs or any(len(s) == 0 for s in seqs):
+        raise ValueError("prefill_batch needs one or more non-empty token sequences")
+    width = max(len(s) for s in seqs)
+    pads = [width - len(s) for s in seqs]
+    tokens = mx.array([[PAD_ID] * p + list(s) for p, s in zip(pads, seqs)], dtype=mx.int32)
+    cache = make_batch_cache(bb, pads)
+    for start in range(0, width - PREFILL_CHUNK, PREFILL_CHUNK):
+        bb._hidden(tokens[:, start : start + PREFILL_CHUNK], cache)
+        mx.eval([c.state for c in cache])
+    last = (width - 1) // PREFILL_CHUNK * PREFILL_CHUNK
+    h = bb._hidden(tokens[:, last:], cache)
+    if h is None:
+        logits = bb.model(tokens[:, last:], cache=cache)[:, -1, :]
+    else:
+        logits = bb._head(h[:, -1:, :])[:, -1, :]
+    logits = logits.astype(mx.float32)
+    mx.eval(logits)
+    return logits, cache
+
+
+def repeat_rows(logits: mx.array, cache: list[BatchKVCache], n: int) -> tuple[mx.array, list[BatchKVCache]]:
+    """Each row repeated n times in place (row i -> rows i*n .. i*n+n-1), cache included."""
+    idx = mx.repeat(mx.arange(logits.shape[0]), n)
+    out = []
+    for c in cache:
+        kv = BatchKVCache([0])
+        kv.keys, kv.values = c.keys[idx], c.values[idx]
+        kv.offset, kv.left_padding, kv._idx = c.offset[idx], c.left_padding[idx], c._idx
+        out.append(kv)
+    return logits[idx], out
+
+
+def decode_batch(bb: Backbone, cache: list[BatchKVCache], logits: mx.array, max_new: Sequence[int] | int,
+                 greedy: Sequence[bool] | None = None, temperature: float = 0.7, seed: int = 0) -> BatchDecode:
+    """Decode every row until EOS or its own step cap; stops when all rows are done.
+
+    Args:
+        cache, logits: from `prefill_batch` (or `repeat_rows`); the cache is advanced in place.
+        max_new: a step cap per row (or one for all).
+        greedy: per row, True for argmax, False for sampling at `temperature` (default all greedy).
+        seed: RNG seed for the sampled rows.
+    """
+    rows = logits.shape[0]
+    caps = [int(max_new)] * rows if isinstance(max_new, int) else [int(m) for m in max_new]
+    greedy = [True] * rows if greedy is None else list(greedy)
+    if len(caps) != rows or len(greedy) != rows:
+        raise ValueError(f"max_new and greedy need one entry per row ({rows})")
+    eos = mx.array(sorted(bb.tokenizer.eos_ids), dtype=mx.int32)
+    is_greedy = mx.array(greedy)
+    cap = mx.array(caps)
+    any_sampled = not all(greedy)
+    key = mx.random.key(seed)
+    done = cap <= 0
+    toks, ents, gaps, lps = [], [], [], []
+    lg = logits
+    for t in range(max(caps)):
+        y = mx.argmax(lg, axis=-1).astype(mx.int32)
+        if any_sampled:
+            key, sub = mx.random.split(key)
+            s = mx.random.categorical(lg * (1.0 / temperature), key=sub).astype(mx.int32)
+            y = mx.where(is_greedy, y, s)
+        y = mx.where(done, eos[0], y)
+        logz = mx.logsumexp(lg, axis=-1)
+        lps.append(mx.take_along_axis(lg, y[:, None], axis=-1)[:, 0] - logz)
+        ents.append(step_entropy(lg))
+        gaps.append(step_gap(lg))
+        toks.append(mx.where(done, -1, y))  # -1 marks steps after a row finished
+        done = done | mx.any(y[:, None] == eos[None, :], axis=-1) | (cap <= t + 1)
+        if t + 1 < max(caps):
+            lg = bb.step(y, cache)
+        mx.async_eval(lg, done, toks[-1], ents[-1], gaps[-1], lps[-1])
+        if t % 4 == 3 and bool(mx.all(done).item()):
+            break
+    grid = mx.stack(toks, axis=1).tolist()
+    e_grid = mx.stack(ents, axis=1).tolist()
+    g_grid = mx.stack(gaps, axis=1).tolist()
+    l_grid = mx.stack(lps, axis=1).tolist()
+    out = BatchDecode([], [], [], [])
+    for r in range(rows):
+        n = next((i for i, tok in enumerate(grid[r]) if tok < 0), len(grid[r]))
+        out.tokens.append(grid[r][:n])
+        keep = n if greedy[r] else 0
+        out.entropies.append(e_grid[r][:keep])
+        out.gaps.append(g_grid[r][:keep])
+        out.logprobs.append(l_grid[r][:keep])
+    return out
+
+
+def greedy_batch(bb: Backbone, seqs: Sequence[Sequence[int]], max_new: int) -> BatchDecode:
+    """Greedy generation for several prompts at once (the batched `draft.generate`)."""
+    logits, cache = prefill_batch(bb, seqs)
+    return decode_batch(bb, cache, logits, max_new)
+
+
+def last_logprobs(bb: Backbone, seqs: Sequence[Sequence[int]]) -> mx.array:
+    """Next-token log-probabilities after each prompt (B, V): for yes/no probes."""
+    logits, _ = prefill_batch(bb, seqs)
+    return logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+
+
+def draft_batch(bb: Backbone, seqs: Sequence[Sequence[int]], k: int, n_samples: int, max_greedy: int,
+                temperature: float = 0.7, seed: int = 0) -> tuple[BatchDecode, list[list[list[int]]]]:
+    """One prefill for B prompts, then per prompt one greedy row (up to `max_greedy` tokens: the
+    draft and the Never answer in one) and `n_samples` sampled rows of `k` tokens, decoded together.
+
+    Returns the greedy rows (with statistics) and, per prompt, its N sampled prefixes.
+    """
+    logits, cache = prefill_batch(bb, seqs)
+    n = n_samples + 1
+    if n_samples:
+        logits, cache = repeat_rows(logits, cache, n)
+    greedy = [j % n == 0 for j in range(len(seqs) * n)]
+    caps = [max_greedy if g else k for g in greedy]
+    dec = decode_batch(bb, cache, logits, caps, greedy, temperature, seed)
+    g = BatchDecode([], [], [], [])
+    samples: list[list[list[int]]] = []
+    for i in range(len(seqs)):
+        r = i * n
+        g.tokens.append(dec.tokens[r])
+        g.entropies.append(dec.entropies[r])
+        g.gaps.append(dec.gaps[r])
+        g.logprobs.append(dec.logprobs[r])
+        samples.append([dec.tokens[r + j] for j in range(1, n)])
+    return g, samples
+
+
+def cache_rows(cache: list[Any]) -> int:
+    return 0 if not cache or cache[0].keys is None else int(cache[0].keys.shape[0])

@@ -1,0 +1,45 @@
+"""Yes/no probe prompts for the reflective baselines (Self-Eval, Self-RAG-lite, CRAG-lite) and the
+probability of "yes" read from one prefill. Pure prompt builders plus token-id lookup.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+
+SYSTEM = "You are a helpful assistant. Reply with Yes or No only."
+
+
+def self_eval(question: str) -> list[dict]:
+    """Self-Eval gate: does the model think it needs to look something up?"""
+    return [{"role": "system", "content": SYSTEM},
+            {"role": "user", "content": f"Question: {question}\nDo you need to look up information "
+                                        "(for example in Wikipedia) to answer this question correctly? Yes or No?"}]
+
+
+def self_check(question: str, answer: str) -> list[dict]:
+    """Self-RAG-lite reflection: is the draft answer supported? (we read P(no) = unsupported)."""
+    return [{"role": "system", "content": SYSTEM},
+            {"role": "user", "content": f"Question: {question}\nProposed answer: {answer}\n"
+                                        "Is the proposed answer correct and supported by facts? Yes or No?"}]
+
+
+def crag_grade(question: str, context: str) -> list[dict]:
+    """CRAG-lite evaluator: are the retrieved passages relevant to the question?"""
+    return [{"role": "system", "content": SYSTEM},
+            {"role": "user", "content": f"Passages:\n{context}\n\nQuestion: {question}\n"
+                                        "Do these passages contain the answer to the question? Yes or No?"}]
+
+
+def yes_no_ids(tokenizer) -> tuple[list[int], list[int]]:
+    """First token ids of the spellings of yes and no (with and without a leading space)."""
+    def first(words):
+        return sorted({tokenizer.encode(w)[0] for w in words if tokenizer.encode(w)})
+
+    return first(["Yes", "yes", " Yes", " yes", "YES"]), first(["No", "no", " No", " no", "NO"])
+
+
+def p_yes(logprobs: mx.array, yes: list[int], no: list[int]) -> list[float]:
+    """P(yes) / (P(yes) + P(no)) per row of next-token log-probabilities (B, V)."""
+    py = mx.sum(mx.exp(logprobs[:, mx.array(yes)]), axis=-1)
+    pn = mx.sum(mx.exp(logprobs[:, mx.array(no)]), axis=-1)
+    return (py / mx.maximum(py + pn, 1e-30)).tolist()

@@ -1,0 +1,153 @@
+"""Drive the real chat app headless (Textual Pilot) on the real SmolLM2 and a small real index."""
+
+import pytest
+
+from targ_mlx.assistant import Assistant, Settings
+from targ_mlx.calibration import budget_threshold
+from targ_mlx.config import Config
+from targ_mlx.decision_log import DecisionLog
+from targ_mlx.records import Answer
+from tui.app import make_app
+from tui.widgets import ChatLog, DecisionPanel, MessageView, SourcesPanel, StatusBar
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+SIZE = (120, 36)
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def retriever(small_index_dir):
+    from targ_mlx.index import open_retriever
+
+    return open_retriever(small_index_dir)
+
+
+@pytest.fixture
+def log(tmp_path):
+    with DecisionLog(tmp_path / "chat.db") as log:
+        yield log
+
+
+def chat_app(backbone, retriever, log, tmp_path, **settings):
+    settings = {"max_tokens": 8, "k": 4, **settings}
+    assistant = Assistant(backbone, retriever, Settings(**settings), log=log)
+    return make_app(assistant, config=Config(db=str(log.path)), config_path=str(tmp_path / "config.toml"),
+                    index_label="small")
+
+
+async def ask(app, pilot, question: str) -> None:
+    await pilot.press(*question, "enter")
+    await app.workers.wait_for_complete()  # the generation thread
+    await pilot.pause()  # let its messages land
+
+
+async def test_ask_streams_logs_shows_sources_and_takes_feedback(backbone, retriever, log, tmp_path):
+    app = chat_app(backbone, retriever, log, tmp_path, gate="always")
+    async with app.run_test(size=SIZE) as pilot:
+        await ask(app, pilot, "Who wrote Hamlet?")
+        user, answer = app.query_one(ChatLog).query(MessageView)
+        assert user.text == "Who wrote Hamlet?"
+        assert answer.text and app.stream_updates >= 1
+        row = log.get(answer.decision_id)
+        assert (row["source"], row["session"], row["query"]) == ("chat", app.session, "Who wrote Hamlet?")
+        assert row["retrieved"] == 1 and row["answer"] == answer.text
+        titles = [p["title"] for p in row["passages"]]
+        sources = app.query_one(SourcesPanel)
+        assert [p.title for p in sources.passages] == titles and titles
+        assert sources.passages[0].text  # the expanded passage has its text
+        assert f"[1] {titles[0]}" in answer.render().plain  # the answer says where it came from
+        assert app.query_one(DecisionPanel).info.decision_id == answer.decision_id
+        assert "retrieval 100% (1/1)" in app.query_one(StatusBar).render().plain
+
+        await pilot.press("f2")
+        await pilot.press("f3")
+        labels = log.db.execute("SELECT decision_id, label FROM feedback ORDER BY id").fetchall()
+        assert labels == [(answer.decision_id, "correct"), (answer.decision_id, "wrong")]
+        session = app.session
+
+    # The transcript is in the same database and comes back on the next start.
+    again = chat_app(backbone, retriever, log, tmp_path)
+    async with again.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert again.session == session
+        assert [m.text for m in again.query(MessageView)] == ["Who wrote Hamlet?", answer.text]
+        assert again.query_one(DecisionPanel).info.decision_id == answer.decision_id
+
+
+async def test_slash_commands_change_gate_tau_k(backbone, retriever, log, tmp_path):
+    app = chat_app(backbone, retriever, log, tmp_path, gate="margin", tau=0.3)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(*"/gate entropy", "enter")
+        assert app.assistant.settings.gate == "entropy"
+        assert app.assistant.settings.tau == Config().tau_for("smollm2-135m", "entropy")
+        await pilot.press(*"/tau 0.42", "enter", *"/k 6", "enter")
+        assert (app.assistant.settings.tau, app.assistant.settings.k) == (0.42, 6)
+        assert "τ 0.420" in app.query_one(StatusBar).render().plain
+        await pilot.press(*"/gate bogus", "enter")  # refused with a notice, nothing changes
+        assert app.assistant.settings.gate == "entropy"
+
+
+def _logged(log, us, model):
+    for u in us:
+        log.record(Answer(question="q", answer="a", model=model, gate="margin", tau=0.3, score=u, retrieved=u > 0.3,
+                          k=4, scores={"margin": u, "entropy": 2 * u}), source="chat")
+
+
+async def test_budget_sets_tau_from_logged_quantile(backbone, retriever, log, tmp_path):
+    app = chat_app(backbone, retriever, log, tmp_path, gate="margin", tau=0.3)
+    async with app.run_test(size=SIZE) as pilot:
+        _logged(log, [i / 100 for i in range(29)], backbone.model_id)
+        await pilot.press(*"/budget 0.2", "enter")
+        assert app.assistant.settings.tau == 0.3  # 29 rows: refused
+        us = [i / 100 for i in range(29)] + [0.5, 0.6, 0.7, 0.8]
+        _logged(log, us[29:], backbone.model_id)
+        await pilot.press(*"/budget 0.2", "enter")
+        assert app.assistant.settings.tau == budget_threshold(us, 0.2)
+
+
+async def test_escape_cancels_generation(backbone, retriever, log, tmp_path):
+    app = chat_app(backbone, retriever, log, tmp_path, gate="never", max_tokens=300)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(*"Write a long story about a dragon.", "enter")
+        for _ in range(600):  # until the first tokens have streamed in
+            if app.stream_updates:
+                break
+            await pilot.pause(0.05)
+        await pilot.press("escape")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        answer = app.query_one(ChatLog).answers()[-1]
+        row = log.get(answer.decision_id)
+        assert row["finish_reason"] == "cancelled" and row["tok_output"] < 300
+        assert "(stopped)" in answer.render().plain
+
+
+async def test_loader_shows_progress_then_chat(backbone, retriever, log, tmp_path):
+    def loader(progress):
+        progress("building the default index", 3, 4)
+        return Assistant(backbone, retriever, Settings(max_tokens=8, k=4)), "small", ""
+
+    app = make_app(loader, log=log, config=Config(), config_path=str(tmp_path / "config.toml"))
+    async with app.run_test(size=SIZE) as pilot:
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert app.assistant is not None and app.assistant.log is log and app.assistant.source == "chat"
+        assert app.query_one("#loading").has_class("-hidden")
+        assert "index small" in app.query_one(StatusBar).render().plain
+
+
+def test_layout_snapshot(backbone, retriever, tmp_path, snap_compare):
+    app = chat_app(backbone, retriever, DecisionLog(tmp_path / "empty.db"), tmp_path, gate="margin", tau=0.35)
+    assert snap_compare(app, terminal_size=SIZE, press=[*"/ga"])
+
+
+def test_help():
+    from tui.__main__ import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0

@@ -1,0 +1,79 @@
+"""Slash-command parsing, completion, budget refusal and Markdown export (no app, no model)."""
+
+import pytest
+
+from targ_mlx.calibration import budget_threshold
+from targ_mlx.decision_log import ScoreRow
+from tui import commands
+from tui.commands import Command, CommandError
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("/gate Margin", Command("gate", "margin")),
+    ("/tau 0.42", Command("tau", 0.42)),
+    ("  /budget 0.3 ", Command("budget", 0.3)),
+    ("/k 8", Command("k", 8)),
+    ("/recalibrate", Command("recalibrate", None)),
+    ("/recalibrate 0.2", Command("recalibrate", 0.2)),
+    ("/model smollm2-135m", Command("model", "smollm2-135m")),
+    ("/index /tmp/my index", Command("index", "/tmp/my index")),
+    ("/export", Command("export", None)),
+    ("/help", Command("help", None)),
+])
+def test_parse(text, expected):
+    assert commands.parse(text) == expected
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("/gate sometimes", "one of entropy"),
+    ("/tau high", "expected a number"),
+    ("/tau nan", "finite"),
+    ("/budget 1.5", "[0, 1]"),
+    ("/k 0", ">= 1"),
+    ("/k two", "whole number"),
+    ("/model", "missing SPEC"),
+    ("/frobnicate", "/help"),
+])
+def test_parse_errors_say_what_to_type(text, fragment):
+    with pytest.raises(CommandError, match=None) as e:
+        commands.parse(text)
+    assert fragment in str(e.value)
+
+
+def test_complete():
+    assert commands.complete("/ga") == ["/gate"]
+    assert commands.complete("/gate m") == ["/gate margin"]
+    assert set(commands.complete("/gate ")) == {f"/gate {g}" for g in commands.GATES}
+    assert commands.common_prefix(commands.complete("/re")) == "/recalibrate"
+    assert commands.complete("hello") == []
+    assert "/budget RHO" in commands.hint("/bu")
+
+
+def _rows(us, labels=None):
+    labels = labels or [None] * len(us)
+    return [ScoreRow(i, "chat", "m", "margin", u, u > 0.5, None, None, None, None, lab)
+            for i, (u, lab) in enumerate(zip(us, labels))]
+
+
+def test_budget_refuses_below_min_rows_and_matches_calibration():
+    with pytest.raises(CommandError, match="only 29 logged answers"):
+        commands.budget_tau([0.1] * 29, 0.3)
+    us = [i / 40 for i in range(40)]
+    assert commands.budget_tau(us, 0.25) == budget_threshold(us, 0.25)
+
+
+def test_fit_tau_prefers_labels_then_budget():
+    us = [i / 40 for i in range(40)]
+    tau, how = commands.fit_tau(_rows(us))
+    assert tau == budget_threshold(us, commands.DEFAULT_BUDGET) and how.startswith("budget")
+    tau, how = commands.fit_tau(_rows(us, ["correct"] * 40))
+    assert how.startswith("accuracy on 40 labelled rows")
+
+
+def test_export_markdown():
+    row = {"gate": "margin", "u": 0.5, "tau": 0.35, "retrieved": 1, "lat_total": 1.5,
+           "passages": [{"key": 1, "title": "Paris", "score": 0.81}]}
+    md = commands.export_markdown("chat", [("user", "capital of France?", None), ("assistant", "Paris", row)])
+    assert "**You:** capital of France?" in md
+    assert "> margin U=0.500 tau=0.350: retrieved" in md
+    assert "> [1] Paris (0.810)" in md

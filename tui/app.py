@@ -1,0 +1,435 @@
+"""The chat app: streaming answers, a decision panel and sources for each, slash commands.
+
+`make_app(assistant)` wraps a ready `Assistant` (tests); `make_app(loader, log=...)` loads one in
+a worker while the screen shows progress (`python -m tui`). Generation runs in a thread worker
+that posts the cumulative answer text; Esc sets the cancel event the Assistant checks per token.
+Every answer goes through the Assistant's decision log; the transcript goes to the same
+database's `messages` table and the latest session is reloaded on start.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable, Iterable
+
+from textual import work
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import Footer, Label, ProgressBar, Static, TextArea
+
+from targ_mlx.assistant import Assistant
+from targ_mlx.config import Config, load_config, save_tau
+from targ_mlx.decision_log import DecisionLog
+from tui import commands
+from tui.messages import AnswerDone, AnswerText, Loaded, LoadProgress
+from tui.widgets import ChatLog, DecisionInfo, DecisionPanel, MessageView, PromptArea, SourcesPanel, StatusBar
+
+# loader(progress) -> (assistant, index label, notice); progress(stage, done, total)
+Loader = Callable[[Callable[..., None]], "tuple[Assistant, str, str]"]
+KEYS = (("Enter", "send"), ("Ctrl+J / Alt+Enter", "new line"), ("Tab", "complete a /command"),
+        ("Esc", "stop the answer"), ("F2 / F3", "mark the answer correct / wrong"), ("F4", "copy the answer"),
+        ("Ctrl+N", "new chat"), ("Ctrl+P", "command palette"), ("Ctrl+Q", "quit"))
+
+
+class ChatApp(App):
+    CSS_PATH = "app.tcss"
+    TITLE = "targ-chat"
+    BINDINGS = [
+        Binding("escape", "cancel", "Stop"),
+        Binding("f2", "feedback('correct')", "Correct"),
+        Binding("f3", "feedback('wrong')", "Wrong"),
+        Binding("f4", "copy_answer", "Copy"),
+        Binding("ctrl+n", "new_chat", "New chat"),
+    ]
+
+    def __init__(self, assistant: Assistant | None = None, *, loader: Loader | None = None,
+                 log: DecisionLog | None = None, config: Config | None = None, config_path: str | None = None,
+                 index_label: str = "", resume: bool = True):
+        super().__init__()
+        if (assistant is None) == (loader is None):
+            raise ValueError("pass either a ready Assistant or a loader, not both or neither")
+        self.assistant = assistant
+        self._loader = loader
+        self.decisions = log if log is not None else getattr(assistant, "log", None)
+        self.config_path = config_path
+        self.config = config if config is not None else load_config(config_path)
+        self.index_label = index_label
+        self.resume = resume
+        self.session = uuid.uuid4().hex[:12]
+        self.cancel_event: threading.Event | None = None
+        self.generating = False
+        self._view: MessageView | None = None  # the answer being streamed
+        self._infos: dict[int, DecisionInfo] = {}  # live answers keep passage text; rows do not
+        self.answered = self.retrieved = 0
+        self.stream_updates = 0  # AnswerText messages shown (coalesced ones count once)
+
+    # -- layout --------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="main"):
+            with Vertical(id="chat-pane"):
+                with Vertical(id="loading"):
+                    yield Label("loading…", id="loading-label")
+                    yield ProgressBar(id="loading-bar", show_eta=False)
+                yield ChatLog(id="chat")
+                yield Static("", id="hint", classes="-empty")
+                yield PromptArea(id="prompt")
+            with Vertical(id="side"):
+                yield DecisionPanel(id="decision")
+                yield SourcesPanel(id="sources")
+        yield StatusBar(id="status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#decision").border_title = "decision"
+        self.query_one("#sources").border_title = "sources"
+        self.query_one("#prompt").border_title = "ask (Enter sends, Ctrl+J new line, /help)"
+        if self.decisions is not None and self.resume:
+            found = self.decisions.sessions()
+            if found:
+                self._load_session(found[0].session)
+        if self.assistant is not None:
+            self._use_assistant(self.assistant)
+        else:
+            self.load_assistant()
+        self.query_one(PromptArea).focus()
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        for name, (usage, text) in commands.COMMANDS.items():
+            yield SystemCommand(usage, text, lambda n=name: self._fill_prompt(f"/{n} "))
+
+    def _fill_prompt(self, text: str) -> None:
+        prompt = self.query_one(PromptArea)
+        prompt.text = text
+        prompt.move_cursor(prompt.document.end)
+        prompt.focus()
+
+    # -- loading -------------------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="load")
+    def load_assistant(self) -> None:
+        def progress(stage: str, done: int = 0, total: int = 0) -> None:
+            self.post_message(LoadProgress(stage, done, total))
+
+        try:
+            assistant, label, notice = self._loader(progress)
+            self.post_message(Loaded(assistant, notice=notice, label=label))
+        except Exception as e:  # shown on screen; the app stays open for /model or /index
+            self.post_message(Loaded(None, e))
+
+    def on_load_progress(self, event: LoadProgress) -> None:
+        label = event.stage
+        if event.total:
+            label += f": {event.done:,}/{event.total:,} ({100 * event.done / event.total:.0f}%)"
+        self.query_one("#loading-label", Label).update(label)
+        self.query_one("#loading-bar", ProgressBar).update(total=event.total or None, progress=event.done)
+        self._status(state=event.stage)
+
+    def on_loaded(self, event: Loaded) -> None:
+        if event.label:
+            self.index_label = event.label
+        if event.error is not None:
+            self.query_one("#loading-label", Label).update(f"[b red]could not load:[/] {event.error}")
+            self._status(state="load failed")
+            return
+        if event.notice:
+            self.notify(event.notice, severity="warning", timeout=10)
+        self._use_assistant(event.assistant)
+
+    def _use_assistant(self, assistant: Assistant) -> None:
+        self.assistant = assistant
+        assistant.session, assistant.source = self.session, "chat"
+        if assistant.log is None:
+            assistant.log = self.decisions
+        self.query_one("#loading").add_class("-hidden")
+        self._status()
+
+    # -- status --------------------------------------------------------------------------
+
+    def _status(self, state: str = "") -> None:
+        a = self.assistant
+        s = a.settings if a else None
+        index = self.index_label or (a.index_id if a and a.index_id else "-")
+        self.query_one(StatusBar).set_status(
+            model=a.backbone.model_id if a else "loading", index=index, gate=s.gate if s else "-",
+            tau=s.threshold if s and s.gate in commands.GATES[:3] else None, k=s.k if s else 0,
+            retrieved=self.retrieved, answered=self.answered,
+            state=state or ("generating…" if self.generating else ""))
+
+    # -- history -------------------------------------------------------------------------
+
+    def _load_session(self, session: str) -> None:
+        self.session = session
+        chat = self.query_one(ChatLog)
+        last = None
+        for m in self.decisions.messages(session):
+            view = chat.add(m.role, m.text, m.decision_id)
+            if m.decision_id is not None:
+                last = view
+        rows = self.decisions.rows(session=session)
+        self.answered, self.retrieved = len(rows), sum(bool(r["retrieved"]) for r in rows)
+        if last is not None:
+            self._show_decision(last.decision_id)
+
+    def action_new_chat(self) -> None:
+        if self.generating:
+            self.notify("an answer is still streaming: press Esc first", severity="warning")
+            return
+        self.session = uuid.uuid4().hex[:12]
+        if self.assistant is not None:
+            self.assistant.session = self.session
+        self.query_one(ChatLog).remove_children()
+        self.answered = self.retrieved = 0
+        self.query_one(DecisionPanel).show(None)
+        self.query_one(SourcesPanel).show((), retrieved=False)
+        self._status()
+        self.query_one(PromptArea).focus()
+
+    # -- asking --------------------------------------------------------------------------
+
+    def on_text_area_changed(self, event: TextArea.Changed) -> None:
+        hint = self.query_one("#hint", Static)
+        text = commands.hint(event.text_area.text)
+        hint.update(text)
+        hint.set_class(not text, "-empty")
+
+    def on_prompt_area_submitted(self, event: PromptArea.Submitted) -> None:
+        if commands.is_command(event.text):
+            self.query_one(PromptArea).clear()
+            self.run_command(event.text)
+            return
+        if self.assistant is None:
+            self.notify("the model is still loading; your question stays in the box", severity="warning")
+            return
+        if self.generating:
+            self.notify("an answer is still streaming: wait, or press Esc to stop it", severity="warning")
+            return
+        self.query_one(PromptArea).clear()
+        chat = self.query_one(ChatLog)
+        chat.add("user", event.text)
+        if self.decisions is not None:
+            self.decisions.add_message(self.session, "user", event.text)
+        self._view = chat.add("assistant")
+        self.cancel_event = threading.Event()
+        self.generating = True
+        self._status()
+        self.generate(event.text, self.cancel_event)
+
+    @work(thread=True, exclusive=True, group="generate")
+    def generate(self, question: str, cancel: threading.Event) -> None:
+        try:
+            ans = self.assistant.answer(question, on_text=lambda t: self.post_message(AnswerText(t)), cancel=cancel)
+        except Exception as e:  # e.g. a QuestionError or a missing index: shown in the chat
+            self.post_message(AnswerDone(None, None, e))
+            return
+        self.post_message(AnswerDone(ans, self.assistant.last_decision_id if self.assistant.log else None))
+
+    def on_answer_text(self, event: AnswerText) -> None:
+        if self._view is not None and self.generating:
+            self.stream_updates += 1
+            self._view.set_text(event.text)
+            self.query_one(ChatLog).scroll_end(animate=False)
+
+    def on_answer_done(self, event: AnswerDone) -> None:
+        view, self._view, self.generating = self._view, None, False
+        if event.error is not None:
+            view.set_text("", note=f"error: {event.error}")
+            self._status()
+            return
+        ans, did = event.answer, event.decision_id
+        note = "(stopped)" if ans.finish_reason == "cancelled" else ""
+        view.set_text(ans.answer, note=note)
+        view.decision_id = did
+        view.set_sources(ans.passages if ans.retrieved else ())
+        if self.decisions is not None:
+            self.decisions.add_message(self.session, "assistant", ans.answer, did)
+        info = DecisionInfo.from_answer(ans, did)
+        if did is not None:
+            self._infos[did] = info
+        self.answered += 1
+        self.retrieved += int(ans.retrieved)
+        self._show(info)
+        self._status()
+        self.query_one(ChatLog).scroll_end(animate=False)
+
+    def action_cancel(self) -> None:
+        if self.generating and self.cancel_event is not None:
+            self.cancel_event.set()
+            self._status(state="stopping…")
+
+    # -- decision and sources ------------------------------------------------------------
+
+    def _show(self, info: DecisionInfo | None) -> None:
+        self.query_one(DecisionPanel).show(info)
+        self.query_one(SourcesPanel).show(info.passages if info else (), retrieved=bool(info and info.retrieved))
+
+    def _show_decision(self, decision_id: int | None) -> None:
+        if decision_id is None or self.decisions is None:
+            return
+        info = self._infos.get(decision_id)
+        if info is None:
+            info = self._infos[decision_id] = DecisionInfo.from_row(self.decisions.get(decision_id))
+        self._show(info)
+
+    def on_message_view_selected(self, event: MessageView.Selected) -> None:
+        self._show_decision(event.view.decision_id)
+
+    def _target(self) -> MessageView | None:
+        """The focused answer, else the latest one that has a decision."""
+        focused = self.focused
+        if isinstance(focused, MessageView) and focused.decision_id is not None:
+            return focused
+        answers = [v for v in self.query_one(ChatLog).answers() if v.decision_id is not None]
+        return answers[-1] if answers else None
+
+    def action_feedback(self, label: str) -> None:
+        view = self._target()
+        if view is None or self.decisions is None:
+            self.notify("no logged answer to mark yet", severity="warning")
+            return
+        self.decisions.feedback(view.decision_id, label)
+        view.set_text(view.text, note=f"marked {label}")
+        self.notify(f"marked answer #{view.decision_id} {label}")
+
+    def action_copy_answer(self) -> None:
+        view = self._target()
+        if view is None:
+            self.notify("no answer to copy yet", severity="warning")
+            return
+        self.copy_to_clipboard(view.text)
+        self.notify("answer copied")
+
+    # -- slash commands ------------------------------------------------------------------
+
+    def run_command(self, text: str) -> None:
+        try:
+            cmd = commands.parse(text)
+            getattr(self, f"_cmd_{cmd.name}")(cmd.value)
+        except (commands.CommandError, ValueError) as e:
+            self.notify(str(e), severity="error", timeout=8)
+        self._status()
+
+    def _settings(self, **changes) -> None:
+        if self.assistant is None:
+            raise commands.CommandError("the model is still loading; try again in a moment")
+        self.assistant.settings = replace(self.assistant.settings, **changes)
+
+    def _cmd_gate(self, gate: str) -> None:
+        tau = self.config.tau_for(self.assistant.backbone.model_id, gate) if gate in commands.GATES[:3] else None
+        self._settings(gate=gate, tau=tau)
+        self.notify(f"gate {gate}" + (f", τ {tau:.3f}" if tau is not None else ""))
+
+    def _cmd_tau(self, tau: float) -> None:
+        self._settings(tau=tau)
+        gate = self.assistant.settings.gate
+        extra = f" (gate {gate} ignores τ)" if gate not in commands.GATES[:3] else ""
+        self.notify(f"τ {tau:g}{extra}")
+
+    def _scores(self) -> list:
+        s = self.assistant.settings if self.assistant else None
+        if s is None or s.gate not in commands.GATES[:3]:
+            raise commands.CommandError("this gate has no threshold; choose /gate entropy, margin or variance first")
+        return self.decisions.scores(s.gate, s.k, model=self.assistant.backbone.model_id) if self.decisions else []
+
+    def _cmd_budget(self, rho: float) -> None:
+        tau = commands.budget_tau([r.u for r in self._scores()], rho)
+        self._settings(tau=tau)
+        self.notify(f"τ {tau:.4f} for a retrieval budget of {rho:g}")
+
+    def _cmd_k(self, k: int) -> None:
+        self._settings(k=k)
+        self.notify(f"draft length k = {k}")
+
+    def _cmd_recalibrate(self, rho: float | None) -> None:
+        tau, how = commands.fit_tau(self._scores(), rho)
+        self._settings(tau=tau)
+        s = self.assistant.settings
+        path = save_tau(self.assistant.backbone.model_id, s.gate, tau, self.config_path)
+        self.config = load_config(path)
+        self.notify(f"τ {tau:.4f} ({how}); saved to {path}", timeout=10)
+
+    def _cmd_model(self, spec: str) -> None:
+        if self.generating or self.assistant is None:
+            raise commands.CommandError("wait for the current answer or load to finish first")
+        self.reload_model(spec)
+
+    @work(thread=True, exclusive=True, group="load")
+    def reload_model(self, spec: str) -> None:
+        from targ_mlx.backbone import load_backbone
+
+        self.post_message(LoadProgress(f"loading model {spec}"))
+        try:
+            bb = load_backbone(spec)
+        except Exception as e:
+            self.call_from_thread(self.notify, f"could not load {spec}: {e}", severity="error", timeout=10)
+            self.call_from_thread(self._status)
+            return
+        self.call_from_thread(self._swap_model, bb)
+
+    def _swap_model(self, bb) -> None:
+        a = self.assistant
+        a.backbone = bb
+        gate = a.settings.gate
+        tau = self.config.tau_for(bb.model_id, gate) if gate in commands.GATES[:3] else None
+        a.settings = replace(a.settings, tau=tau)
+        self.notify(f"model {bb.model_id} loaded")
+        self._status()
+
+    def _cmd_index(self, folder: str) -> None:
+        from targ_mlx.index import open_retriever
+
+        if self.generating or self.assistant is None:
+            raise commands.CommandError("wait for the current answer or load to finish first")
+        try:
+            retriever = open_retriever(Path(folder).expanduser())
+        except Exception as e:
+            raise commands.CommandError(f"could not open index {folder}: {e}") from None
+        a = self.assistant
+        self.assistant = Assistant(a.backbone, retriever, a.settings, log=a.log, source="chat",
+                                   session=self.session, index_id=retriever.manifest_id)
+        self.index_label = Path(folder).name
+        self.notify(f"index {folder} opened ({len(retriever):,} vectors)")
+
+    def _cmd_export(self, target: str | None) -> None:
+        if self.decisions is None:
+            raise commands.CommandError("no decision log is open, so there is no transcript to export")
+        turns = [(m.role, m.text, self.decisions.get(m.decision_id) if m.decision_id else None)
+                 for m in self.decisions.messages(self.session)]
+        path = Path(target or f"targ-chat-{self.session}.md").expanduser()
+        path.write_text(commands.export_markdown(f"targ-chat {self.session}", turns), encoding="utf-8")
+        self.notify(f"chat exported to {path}")
+
+    def _cmd_new(self, _value) -> None:
+        self.action_new_chat()
+
+    def _cmd_help(self, _value) -> None:
+        self.query_one(ChatLog).add("system", commands.help_text(KEYS))
+
+
+def make_app(assistant_or_loader: Assistant | Loader, *, log: DecisionLog | None = None,
+             config: Config | None = None, config_path: str | None = None, index_label: str = "",
+             resume: bool = True) -> ChatApp:
+    """The chat app around a ready `Assistant`, or around a loader run in a worker at start.
+
+    Args:
+        assistant_or_loader: an `Assistant` (its `log` is used when `log` is None), or a callable
+            `loader(progress) -> (Assistant, index label, notice)`, where `progress(stage, done=0,
+            total=0)` reports loading and a non-empty notice is shown as a warning.
+        log: the decision log; its `messages` table holds the chat history.
+        config / config_path: thresholds per model and gate (`/gate`, `/model`); `/recalibrate`
+            writes tau to `config_path` (default: the user config file).
+        index_label: how the status bar names the index.
+        resume: reopen the latest session from the log (default True).
+    The app sets the Assistant's `session` and `source="chat"`.
+    """
+    if isinstance(assistant_or_loader, Assistant):
+        return ChatApp(assistant_or_loader, log=log, config=config, config_path=config_path,
+                       index_label=index_label, resume=resume)
+    return ChatApp(loader=assistant_or_loader, log=log, config=config, config_path=config_path,
+                   index_label=index_label, resume=resume)

@@ -1,0 +1,173 @@
+"""Slash commands of the chat app: parsing, completion, help and Markdown export.
+
+Pure functions over strings and numbers, so they are tested without the app; nothing here
+imports Textual or touches the model, the index or the disk.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from targ_mlx.calibration import accuracy_threshold, budget_threshold, retrieval_rate
+
+GATES = ("entropy", "margin", "variance", "never", "always")
+MIN_ROWS = 30  # same rule as `targ-calibrate`: fewer rows move tau by whole bins
+DEFAULT_BUDGET = 0.3  # /recalibrate's retrieval budget when no labelled rows exist
+
+# name -> (usage, help); the order is the order of /help and of the command palette
+COMMANDS: dict[str, tuple[str, str]] = {
+    "gate": ("/gate entropy|margin|variance|never|always", "choose the retrieval gate"),
+    "tau": ("/tau X", "retrieve iff U > X"),
+    "budget": ("/budget RHO", "set tau so that a fraction RHO of logged questions retrieve"),
+    "k": ("/k N", "draft length in tokens for the gate"),
+    "recalibrate": ("/recalibrate [RHO]", "fit tau from the log: accuracy if labelled, else a budget"),
+    "model": ("/model SPEC", "load another model (alias, .gguf path or mlx-lm repo id)"),
+    "index": ("/index DIR", "open another index folder"),
+    "export": ("/export [FILE]", "write this chat to Markdown"),
+    "new": ("/new", "start a new chat"),
+    "help": ("/help", "list commands and keys"),
+}
+_ARGS = {"gate": GATES}
+
+
+class CommandError(ValueError):
+    """A slash command the app cannot run as typed; the message says what to type instead."""
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    value: Any = None  # parsed argument: str | float | int | None
+
+
+def is_command(text: str) -> bool:
+    return text.lstrip().startswith("/")
+
+
+def parse(text: str) -> Command:
+    """`/gate margin` -> Command("gate", "margin"); raises CommandError with the fix."""
+    head, _, arg = text.strip()[1:].partition(" ")
+    name, arg = head.lower(), arg.strip()
+    if name not in COMMANDS:
+        raise CommandError(f"unknown command /{head}; type /help for the list")
+    usage = COMMANDS[name][0]
+    if name == "gate":
+        if arg.lower() not in GATES:
+            raise CommandError(f"/gate takes one of {', '.join(GATES)}; got {arg!r}")
+        return Command(name, arg.lower())
+    if name in ("tau", "budget") or (name == "recalibrate" and arg):
+        value = _number(arg, usage)
+        if name != "tau" and not 0.0 <= value <= 1.0:
+            raise CommandError(f"{usage}: RHO is a retrieval rate in [0, 1]; got {arg}")
+        return Command(name, value)
+    if name == "k":
+        try:
+            k = int(arg)
+        except ValueError:
+            raise CommandError(f"{usage}: N is a whole number of tokens >= 1; got {arg!r}") from None
+        if k < 1:
+            raise CommandError(f"{usage}: N must be >= 1; got {k}")
+        return Command(name, k)
+    if name in ("model", "index"):
+        if not arg:
+            raise CommandError(f"{usage}: missing {usage.split()[-1]}")
+        return Command(name, arg)
+    return Command(name, arg or None)
+
+
+def _number(arg: str, usage: str) -> float:
+    try:
+        value = float(arg)
+    except ValueError:
+        raise CommandError(f"{usage}: expected a number; got {arg!r}") from None
+    if not math.isfinite(value):
+        raise CommandError(f"{usage}: expected a finite number; got {arg!r}")
+    return value
+
+
+def complete(text: str) -> list[str]:
+    """Completions of a partly typed command line (whole lines, e.g. '/gate margin')."""
+    if not is_command(text):
+        return []
+    head, space, arg = text.lstrip()[1:].partition(" ")
+    if not space:
+        return [f"/{name}" for name in COMMANDS if name.startswith(head.lower())]
+    options = _ARGS.get(head.lower(), ())
+    return [f"/{head.lower()} {opt}" for opt in options if opt.startswith(arg.strip().lower())]
+
+
+def common_prefix(options: Sequence[str]) -> str:
+    if not options:
+        return ""
+    first, last = min(options), max(options)
+    n = 0
+    while n < min(len(first), len(last)) and first[n] == last[n]:
+        n += 1
+    return first[:n]
+
+
+def hint(text: str) -> str:
+    """One line under the input while a command is typed: matching usages."""
+    if not is_command(text):
+        return ""
+    head = text.lstrip()[1:].partition(" ")[0].lower()
+    names = [n for n in COMMANDS if n.startswith(head)] if head not in COMMANDS else [head]
+    return "   ".join(f"{COMMANDS[n][0]}" for n in names) or "no such command; /help lists them"
+
+
+def help_text(keys: Sequence[tuple[str, str]] = ()) -> str:
+    width = max(len(usage) for usage, _ in COMMANDS.values())
+    lines = ["Commands:"] + [f"  {usage:<{width}}  {text}" for usage, text in COMMANDS.values()]
+    if keys:
+        lines.append("Keys:")
+        lines += [f"  {key:<{width}}  {text}" for key, text in keys]
+    return "\n".join(lines)
+
+
+def budget_tau(scores: Sequence[float], rho: float, min_rows: int = MIN_ROWS) -> float:
+    """tau = budget_threshold(scores, rho), refused below `min_rows` logged scores."""
+    if len(scores) < min_rows:
+        raise CommandError(f"only {len(scores)} logged answers with this gate, k and model (need {min_rows}); "
+                           "ask more questions first, or set /tau directly")
+    return budget_threshold(scores, rho)
+
+
+def fit_tau(rows: Sequence[Any], rho: float | None = None, min_rows: int = MIN_ROWS) -> tuple[float, str]:
+    """/recalibrate: accuracy objective over labelled rows when there are enough, else a budget.
+
+    Args:
+        rows: `ScoreRow`s from `DecisionLog.scores`.
+        rho: force the budget objective with this rate (default: accuracy if labelled).
+    Returns:
+        (tau, a one-line description of how it was fitted).
+    """
+    from targ_mlx.calibrate import labelled_rows
+
+    u = [r.u for r in rows]
+    labelled = labelled_rows(list(rows)) if rho is None else None
+    if labelled is not None and len(labelled.u) >= min_rows:
+        tau = accuracy_threshold(labelled.u, labelled.correct_never, labelled.correct_always)
+        rate = retrieval_rate(labelled.u, tau)
+        return tau, f"accuracy on {len(labelled.u)} labelled rows; retrieval rate {100 * rate:.0f}%"
+    rho = DEFAULT_BUDGET if rho is None else rho
+    tau = budget_tau(u, rho, min_rows)
+    return tau, f"budget rho={rho:g} over {len(u)} logged rows; retrieval rate {100 * retrieval_rate(u, tau):.0f}%"
+
+
+def export_markdown(title: str, turns: Sequence[tuple[str, str, dict | None]]) -> str:
+    """A chat as Markdown. `turns`: (role, text, decision row or None) in order."""
+    out = [f"# {title}", ""]
+    for role, text, row in turns:
+        out += [f"**{'You' if role == 'user' else 'Assistant'}:** {text}", ""]
+        if row:
+            u = "-" if row.get("u") is None else f"{row['u']:.3f}"
+            tau = "-" if row.get("tau") is None else f"{row['tau']:.3f}"
+            what = "retrieved" if row.get("retrieved") else "no retrieval"
+            out += [f"> {row.get('gate')} U={u} tau={tau}: {what}, {row.get('lat_total') or 0:.2f}s", ""]
+            for i, p in enumerate(row.get("passages") or [], 1):
+                out.append(f"> [{i}] {p['title']} ({p['score']:.3f})")
+            if row.get("passages"):
+                out.append("")
+    return "\n".join(out).rstrip() + "\n"

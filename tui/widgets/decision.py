@@ -1,0 +1,108 @@
+"""The decision panel: gate, U against tau as a gauge, retrieved or skipped, latency, tokens.
+
+`DecisionInfo` is built from a live `Answer` or from a logged decision row, so answers reloaded
+from history show the same panel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.table import Table
+from rich.text import Text
+from textual.widgets import Static
+
+from targ_mlx.records import Answer, PassageRef
+
+THRESHOLD_GATES = ("entropy", "margin", "variance")
+
+
+@dataclass(frozen=True)
+class DecisionInfo:
+    decision_id: int | None
+    model: str
+    gate: str
+    k: int | None
+    tau: float | None  # None for never / always
+    u: float | None
+    retrieved: bool
+    passages: tuple[PassageRef, ...]
+    draft_s: float
+    retrieval_s: float
+    generation_s: float
+    total_s: float
+    tokens: dict  # prompt, draft, context, output
+    finish: str
+
+    @classmethod
+    def from_answer(cls, ans: Answer, decision_id: int | None = None) -> DecisionInfo:
+        lat, t = ans.latency, ans.tokens
+        return cls(decision_id, ans.model, ans.gate, ans.k, ans.tau if ans.gate in THRESHOLD_GATES else None,
+                   ans.score, ans.retrieved, tuple(ans.passages), lat.draft + lat.gate, lat.retrieval,
+                   lat.prefill + lat.decode, lat.total,
+                   dict(prompt=t.prompt, draft=t.draft, context=t.context, output=t.output), ans.finish_reason)
+
+    @classmethod
+    def from_row(cls, row: dict) -> DecisionInfo:
+        """From `DecisionLog.get(id)`; passages carry no text (the log keeps key, title, score)."""
+        passages = tuple(PassageRef(p["key"], p["title"], p["score"]) for p in row.get("passages") or [])
+        f = lambda name: row.get(name) or 0.0  # noqa: E731
+        return cls(row["id"], row["model"], row["gate"], row.get("k"),
+                   row.get("tau") if row["gate"] in THRESHOLD_GATES else None, row.get("u"),
+                   bool(row["retrieved"]), passages, f("lat_draft") + f("lat_gate"), f("lat_retrieval"),
+                   f("lat_prefill") + f("lat_decode"), f("lat_total"),
+                   dict(prompt=row.get("tok_prompt") or 0, draft=row.get("tok_draft") or 0,
+                        context=row.get("tok_context") or 0, output=row.get("tok_output") or 0),
+                   row.get("finish_reason") or "")
+
+
+def gauge(u: float | None, tau: float | None, width: int = 24) -> Text:
+    """A bar filled up to U with a marker at tau; red when U > tau (retrieve), green otherwise."""
+    if u is None or tau is None:
+        return Text("─" * width, style="dim")
+    hi = max(1.0, 1.25 * tau, 1.05 * u)
+    filled = max(0, min(width, round(width * u / hi)))
+    mark = max(0, min(width - 1, round(width * tau / hi)))
+    style = "bold red" if u > tau else "bold green"
+    bar = Text()
+    for i in range(width):
+        if i == mark:
+            bar.append("┃", style="bold yellow")
+        else:
+            bar.append("█" if i < filled else "░", style=style if i < filled else "dim")
+    return bar
+
+
+class DecisionPanel(Static):
+    """Shows one `DecisionInfo` (the selected or latest answer)."""
+
+    DEFAULT_CSS = "DecisionPanel { height: auto; }"
+
+    def __init__(self, **kwargs):
+        super().__init__("no answer yet", **kwargs)
+        self.info: DecisionInfo | None = None
+
+    def show(self, info: DecisionInfo | None) -> None:
+        self.info = info
+        self.update(self.render_info(info) if info else "no answer yet")
+
+    @staticmethod
+    def render_info(d: DecisionInfo) -> Table:
+        t = Table.grid(padding=(0, 1))
+        t.add_column(style="bold", no_wrap=True)
+        t.add_column()
+        fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
+        t.add_row("gate", f"{d.gate} (k={d.k})" if d.k else d.gate)
+        op = ">" if d.retrieved else "≤"
+        t.add_row("U vs τ", Text(f"{fmt(d.u)} {op} {fmt(d.tau)}") if d.tau is not None else Text(f"U {fmt(d.u)}"))
+        t.add_row("", gauge(d.u, d.tau))
+        verdict = (Text(f"retrieved {len(d.passages)} passages", style="bold red") if d.retrieved
+                   else Text("skipped retrieval", style="bold green"))
+        t.add_row("decision", verdict)
+        t.add_row("latency", f"draft {d.draft_s:.2f}s · retrieval {d.retrieval_s:.2f}s · "
+                             f"generation {d.generation_s:.2f}s · total {d.total_s:.2f}s")
+        tk = d.tokens
+        t.add_row("tokens", f"prompt {tk['prompt']} · draft {tk['draft']} · context {tk['context']} · "
+                            f"output {tk['output']}")
+        t.add_row("finish", d.finish + (f" · #{d.decision_id}" if d.decision_id else ""))
+        return t

@@ -1,0 +1,18 @@
+"""The status bar: model, index, gate, tau and this session's retrieval rate."""
+
+from __future__ import annotations
+
+from textual.widgets import Static
+
+
+class StatusBar(Static):
+    DEFAULT_CSS = "StatusBar { height: 1; dock: bottom; background: $panel; color: $text; padding: 0 1; }"
+
+    def set_status(self, *, model: str, index: str, gate: str, tau: float | None, k: int,
+                   retrieved: int, answered: int, state: str = "") -> None:
+        tau_s = "-" if tau is None else f"{tau:.3f}"
+        rate = f"{100 * retrieved / answered:.0f}% ({retrieved}/{answered})" if answered else "-"
+        parts = [f"model {model}", f"index {index}", f"gate {gate}", f"τ {tau_s}", f"k {k}", f"retrieval {rate}"]
+        if state:
+            parts.append(state)
+        self.update(" │ ".join(parts))
