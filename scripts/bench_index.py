@@ -10,6 +10,7 @@
 
     python scripts/bench_index.py real --index index/vital-pool-minilm
     python scripts/bench_index.py scale --n 1000000 --work /tmp/bench-1m
+    python scripts/bench_index.py report      # rewrite BENCHMARKS.md's Index section from runs/
 """
 
 from __future__ import annotations
@@ -61,11 +62,17 @@ def bench_real(index_dir: Path, n_recall: int, n_latency: int) -> dict:
 
     if not (index_dir / "manifest.json").exists():
         build_index(["vital-articles", str(DATA / "corpus" / "wiki_pool.jsonl")], index_dir)
-    r = open_retriever(index_dir)
+    opens = []
+    for _ in range(5):  # manifest + sampled checksums + usearch view + SQLite, warm page cache
+        t0 = time.perf_counter()
+        r = open_retriever(index_dir)
+        opens.append(1000 * (time.perf_counter() - t0))
     m = r.manifest
     n = m["counts"]["passages"]
     out: dict = {"index": str(index_dir), "manifest_id": r.manifest_id, "passages": n,
-                 "corpora": m["corpora"], "hnsw": m["hnsw"], "dtype": m["dtype"]}
+                 "corpora": m["corpora"], "hnsw": m["hnsw"], "dtype": m["dtype"],
+                 "open_retriever_ms_median": round(statistics.median(opens), 2),
+                 "files_mb": {k: round(v["bytes"] / 2**20, 1) for k, v in m["files"].items()}}
     t = m["timing"]
     out["build"] = {
         "encode_s": t["encode_s"], "index_s": t["index_s"],
@@ -213,6 +220,84 @@ def bench_scale(n: int, work: Path, dtypes: list[str], efs: list[int], n_queries
     return out
 
 
+
+# --------------------------------------------------------------------------------------- report
+SECTION = "## Index (scripts/bench_index.py)"
+
+
+def render(real: dict | None, scale: dict | None, real_cmd: str, scale_cmd: str) -> str:
+    """The BENCHMARKS.md section from the JSON results."""
+    lines = [SECTION, ""]
+    if real:
+        b = real["build"]
+        lines += [
+            f"**Real index**: `{real_cmd}`, {real['machine']['date']}, {real['machine']['cpus']} shared CPU cores "
+            f"({real['machine']['platform']}).",
+            f"Corpus vital-articles + wiki_pool: {real['passages']:,} chunks, all-MiniLM-L6-v2, "
+            f"{real['dtype']}, HNSW {real['hnsw']}, manifest `{real['manifest_id']}`.",
+            "",
+            "| figure | value |",
+            "|---|---|",
+            f"| build: encode | {b['encode_s']:,.0f} s = {b['encode_passages_per_s']} passages/s |",
+            f"| build: HNSW index | {b['index_s']:,.1f} s = {b['index_passages_per_s']:,.0f} passages/s |",
+            f"| build: total | {b['total_passages_per_s']} passages/s |",
+            f"| recall@5 HNSW vs exact, same vectors ({real['n_recall_queries']:,} NQ-Open dev questions) | "
+            f"**{real['recall_at_5_vs_exact']:.4f}** (target >= 0.99) |",
+            f"| search p50 / p99, HNSW only | {real['latency_hnsw_only']['p50_ms']} / {real['latency_hnsw_only']['p99_ms']} ms |",
+            f"| search p50 / p99, HNSW + SQLite passages | {real['latency_hnsw_plus_sqlite']['p50_ms']} / "
+            f"{real['latency_hnsw_plus_sqlite']['p99_ms']} ms |",
+            f"| search p50 / p99, with query encoding | {real['latency_with_query_encoding']['p50_ms']} / "
+            f"{real['latency_with_query_encoding']['p99_ms']} ms |",
+            f"| answer hit@5 ({real['nq_gold_questions']:,} NQ-Open gold questions: an answer string in the top 5) | "
+            f"{real['answer_hit_at_5']:.4f} |",
+            f"| gold-passage hit@5 (the gold passage's text in the top 5) | {real['gold_passage_hit_at_5']:.4f} |",
+            f"| `open_retriever` (manifest, sampled checksums, usearch view, SQLite), median of 5 | "
+            f"{real['open_retriever_ms_median']} ms |",
+            f"| files | {', '.join(f'{k} {v} MB' for k, v in real['files_mb'].items())} |",
+            "",
+        ]
+    if scale:
+        lines += [
+            f"**Scale**: `{scale_cmd}`, {scale['machine']['date']}, {scale['machine']['cpus']} shared CPU cores. "
+            f"{scale['n']:,} synthetic {scale['dims']}-d vectors, a Zipf-sized Gaussian mixture in a 64-d latent "
+            f"space lifted to {scale['dims']}-d (clustered, not uniform); {scale['queries']:,} held-out queries "
+            f"from the same mixture; recall@5 against exact float32 search; HNSW connectivity "
+            f"{scale.get('connectivity', 16)}, expansion_add {scale.get('expansion_add', 128)}; latency is one query at a time, "
+            "without encoding; open and memory each in a fresh process (RSS growth over the interpreter).",
+            "",
+            "| dtype | ef | recall@5 | p50 ms | p99 ms |",
+            "|---|---|---|---|---|",
+        ]
+        for dtype in ("f16", "i8", "f32"):
+            if dtype not in scale:
+                continue
+            for key, v in scale[dtype].items():
+                if key.startswith("ef"):
+                    lines.append(f"| {dtype} | {key[2:]} | {v['recall_at_5']:.4f} | {v['p50_ms']} | {v['p99_ms']} |")
+        lines += ["", "| dtype | file | build | open view | open load | RSS after open (view / load) | "
+                  "RSS after 10k queries (view / load) |", "|---|---|---|---|---|---|---|"]
+        for dtype in ("f16", "i8", "f32"):
+            if dtype not in scale:
+                continue
+            d = scale[dtype]
+            v, ld = d["open_view"], d["open_load"]
+            lines.append(
+                f"| {dtype} | {d['file_mb']:,} MB | {d['add_s']:,} s ({d['add_vectors_per_s']:,}/s) | {v['open_ms']} ms | "
+                f"{ld['open_ms']} ms | {v['rss_after_open_mb']} / {ld['rss_after_open_mb']} MB | "
+                f"{v['rss_after_queries_mb']} / {ld['rss_after_queries_mb']} MB |"
+            )
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def write_section(path: Path, section: str) -> None:
+    """Replace the Index section of BENCHMARKS.md (up to the next `## `), leaving the rest alone."""
+    text = path.read_text(encoding="utf-8")
+    start = text.index(SECTION)
+    nxt = text.find("\n## ", start + len(SECTION))
+    end = len(text) if nxt == -1 else nxt + 1
+    path.write_text(text[:start] + section + ("\n" if nxt != -1 else "") + text[end:], encoding="utf-8")
+
 # ----------------------------------------------------------------------------------------- main
 def setup_arg_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -231,6 +316,12 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     s.add_argument("--expansion-add", type=int, default=128)
     for q in (r, s):
         q.add_argument("--output-dir", type=Path, default=REPO / "runs" / "bench_index")
+    rep = sub.add_parser("report", help="write the Index section of BENCHMARKS.md from saved results")
+    rep.add_argument("--real-json", type=Path, default=REPO / "runs" / "bench_index" / "real.json")
+    rep.add_argument("--scale-json", type=Path, default=REPO / "runs" / "bench_index" / "scale.json")
+    rep.add_argument("--real-cmd", default="python scripts/bench_index.py real")
+    rep.add_argument("--scale-cmd", default="python scripts/bench_index.py scale --n 1000000")
+    rep.add_argument("--benchmarks", type=Path, default=REPO / "BENCHMARKS.md")
     probe = sub.add_parser("_probe")
     probe.add_argument("path")
     probe.add_argument("mode", choices=["view", "load"])
@@ -243,6 +334,12 @@ def main(argv: list[str] | None = None) -> None:
     args = setup_arg_parser().parse_args(argv)
     if args.part == "_probe":
         print(json.dumps(_open_probe(args.path, args.mode == "view", args.queries, args.n)))
+        return
+    if args.part == "report":
+        load = lambda p: json.loads(p.read_text()) if p.is_file() else None  # noqa: E731
+        section = render(load(args.real_json), load(args.scale_json), args.real_cmd, args.scale_cmd)
+        write_section(args.benchmarks, section)
+        print(section)
         return
     if args.part == "real":
         res = bench_real(args.index, args.recall_queries, args.latency_queries)

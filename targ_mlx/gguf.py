@@ -59,16 +59,14 @@ def read_gguf(path: str) -> tuple[dict[str, mx.array], dict]:
         raise ModelLoadError(f"GGUF file not found: {path}. Pass an existing .gguf path or a model alias.")
     try:
         weights, meta = mx.load(path, return_metadata=True)
-    except Exception as e:  # MLX raises a plain RuntimeError/ValueError for unknown quant types
-        if "type" in str(e).lower() or "quant" in str(e).lower() or "unsupported" in str(e).lower():
-            return _read_with_gguf_package(path)
-        raise ModelLoadError(
-            f"cannot read GGUF file {path}: {e}. The file may be truncated or not a GGUF; re-download it."
-        ) from e
+    except Exception as e:
+        # MLX reads F32/F16/BF16/Q4_0/Q4_1/Q8_0 only ("gguf_tensor_to_f16 failed" otherwise); the
+        # gguf package reads every block type, and tells a truncated file from an exotic one.
+        return _read_with_gguf_package(path, first_error=e)
     return weights, {k: _meta_value(v) for k, v in meta.items()}
 
 
-def _read_with_gguf_package(path: str) -> tuple[dict[str, mx.array], dict]:
+def _read_with_gguf_package(path: str, first_error: Exception | None = None) -> tuple[dict[str, mx.array], dict]:
     try:
         from gguf import GGUFReader
         from gguf.quants import dequantize
@@ -77,7 +75,9 @@ def _read_with_gguf_package(path: str) -> tuple[dict[str, mx.array], dict]:
     try:
         reader = GGUFReader(path)
     except Exception as e:
-        raise ModelLoadError(f"cannot read GGUF file {path}: {e}. The file may be truncated; re-download it.") from e
+        raise ModelLoadError(
+            f"cannot read GGUF file {path} ({first_error or e}); it is truncated or not a GGUF file: re-download it"
+        ) from e
     meta = {}
     for name, field in reader.fields.items():
         if name.startswith("GGUF."):

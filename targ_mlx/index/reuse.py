@@ -1,12 +1,14 @@
-"""Reuse vectors from an already built index instead of encoding the same chunks again.
+"""Reuse vectors from another index instead of encoding the same chunks again.
 
 A chunk is reused when another index built with the same encoder holds the same key with the same
 text (same corpus, article and offset): e.g. the vital-articles default index taken from a
-vital-articles + wiki_pool index in seconds. Vectors come back at that index's stored precision.
+vital-articles + wiki_pool index in seconds. The other index may be finished (vectors come back
+at its stored precision) or still building (`DIR.partial`: its committed float32 vectors).
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 from typing import Sequence
@@ -15,28 +17,41 @@ import numpy as np
 
 from targ_mlx.index.chunking import Chunk
 from targ_mlx.index.encoder import canonical_name
-from targ_mlx.index.errors import IndexMismatchError
-from targ_mlx.index.store import PASSAGES, VECTORS, read_manifest, verify_files
+from targ_mlx.index.errors import IndexMismatchError, IndexMissingError
+from targ_mlx.index.store import BUILD_STATE, MANIFEST, PASSAGES, VECTORS, read_manifest, verify_files
+
+
+def _in(keys: Sequence[int]) -> str:
+    return ",".join("?" * len(keys))
 
 
 class VectorSource:
-    """Stored vectors of finished indexes, looked up by chunk key and checked against the text."""
+    """Stored vectors of other indexes, looked up by chunk key and checked against the text."""
 
     def __init__(self, dirs: Sequence[Path], encoder: str, dims: int):
         from usearch.index import Index
 
-        self.parts = []
+        self.parts: list[tuple[object, sqlite3.Connection]] = []
         for d in map(Path, dirs):
-            m = read_manifest(d)
-            verify_files(d, m)
-            if canonical_name(m["encoder"]["name"]) != canonical_name(encoder) or m["encoder"]["dims"] != dims:
+            if (d / MANIFEST).is_file():
+                m = read_manifest(d)
+                verify_files(d, m)
+                built, index = m["encoder"]["name"], Index.restore(str(d / VECTORS), view=True)
+                if m["encoder"]["dims"] != dims:
+                    built = f"{built} ({m['encoder']['dims']}-d)"
+                db = sqlite3.connect(f"file:{(d / PASSAGES).resolve()}?mode=ro&immutable=1", uri=True)
+            elif (d / BUILD_STATE).is_file():
+                built, index = json.loads((d / BUILD_STATE).read_text())["encoder"], None
+                db = sqlite3.connect(f"file:{(d / PASSAGES).resolve()}?mode=ro", uri=True)
+            else:
+                raise IndexMissingError(f"--reuse {d}: neither a finished index nor a build in progress; "
+                                        "fix: pass an index folder or its .partial folder")
+            if canonical_name(built) != canonical_name(encoder):
                 raise IndexMismatchError(
-                    f"--reuse {d} was built with {m['encoder']['name']}, not {encoder}; "
+                    f"--reuse {d} was built with {built}, not {encoder}; "
                     "fix: reuse an index built with the same encoder, or drop --reuse"
                 )
-            db = sqlite3.connect(f"file:{(d / PASSAGES).resolve()}?mode=ro&immutable=1", uri=True)
-            self.parts.append((Index.restore(str(d / VECTORS), view=True), db))
-        self.reused = 0
+            self.parts.append((index, db))
 
     def lookup(self, chunks: Sequence[Chunk]) -> dict[int, np.ndarray]:
         """key -> float32 vector for the chunks found with identical text."""
@@ -46,11 +61,16 @@ class VectorSource:
             keys = [k for k in want if k not in found]
             if not keys:
                 break
-            sql = f"SELECT key, text FROM passages WHERE key IN ({','.join('?' * len(keys))})"
-            same = [k for k, text in db.execute(sql, keys) if text == want[k]]
+            if index is None:  # a build in progress: its committed float32 vectors
+                sql = f"SELECT p.key, p.text, v.vector FROM passages p JOIN pending v ON v.key = p.key WHERE p.key IN ({_in(keys)})"
+                for k, text, blob in db.execute(sql, keys):
+                    if text == want[k]:
+                        found[k] = np.frombuffer(blob, dtype=np.float32).copy()
+                continue
+            same = [k for k, text in db.execute(f"SELECT key, text FROM passages WHERE key IN ({_in(keys)})", keys)
+                    if text == want[k]]
             if same:
                 vecs = np.atleast_2d(np.stack(index.get(np.asarray(same, dtype=np.uint64), dtype=np.float32)))
                 vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
                 found.update(zip(same, vecs))
-        self.reused += len(found)
         return found

@@ -42,9 +42,8 @@ class SourcesPanel(Vertical):
             line.append(f"[{i}] ", style="bold")
             line.append(p.title, style="bold cyan")
             line.append(f"  {p.score:.3f}", style="dim")
-            if p.text:
-                line.append("\n" + snippet(p.text), style="italic")
-            items.append(ListItem(Static(line)))
+            parts = [Static(line)] + ([Static(snippet(p.text), classes="snippet")] if p.text else [])
+            items.append(ListItem(*parts))
         self._detail(0 if self.passages else None)
         if self.passages:
             items.index = 0

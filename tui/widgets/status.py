@@ -6,7 +6,7 @@ from textual.widgets import Static
 
 
 class StatusBar(Static):
-    DEFAULT_CSS = "StatusBar { height: 1; dock: bottom; background: $panel; color: $text; padding: 0 1; }"
+    DEFAULT_CSS = "StatusBar { height: 1; background: $panel; color: $text; padding: 0 1; }"
 
     def set_status(self, *, model: str, index: str, gate: str, tau: float | None, k: int,
                    retrieved: int, answered: int, state: str = "") -> None:

@@ -1,0 +1,188 @@
+"""`python -m targ_mlx.eval`: records (batched), batch-1 timings on a sample, then every table
+and plot of the paper's evaluation under --output-dir. Rerunning continues where it stopped."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+import uuid
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from targ_mlx.eval.datasets import DATASETS, DEFAULT_LIMIT, dataset_name, load_hf, max_tokens_for, read_jsonl, sample
+from targ_mlx.eval.record import DEFAULT_CONTEXT_TOKENS, DEFAULT_K, RecordSettings
+from targ_mlx.eval.run import DEFAULT_BATCH, DEFAULT_LATENCY_SAMPLE
+
+logger = logging.getLogger(__name__)
+
+
+def setup_arg_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m targ_mlx.eval",
+                                description="Evaluate TARG gates, Never/Always and the baselines from one pass per question.")
+    p.add_argument("--dataset", nargs="+", default=[], choices=DATASETS, metavar="NAME",
+                   help=f"Hugging Face dataset by name (needs a network): {', '.join(DATASETS)}")
+    p.add_argument("--data-file", nargs="+", default=[], metavar="PATH.jsonl",
+                   help='JSONL with {"question", "answers": [...]} lines (e.g. ../shared/data/qa/nq_open_dev.jsonl)')
+    p.add_argument("--limit", type=int, default=DEFAULT_LIMIT, help=f"seeded sample size per dataset (default {DEFAULT_LIMIT}; 0 = all)")
+    p.add_argument("--index", help="index folder (default: the offline default index)")
+    p.add_argument("--model", default=None, help="alias (smollm2-135m, default), .gguf path, MLX folder or mlx-lm repo id")
+    p.add_argument("--output-dir", required=True, help="where records, tables and plots go (one subfolder per dataset when several)")
+    p.add_argument("--prompt", choices=("paper", "short"), default="short", help="prompt style (default short: few-shot short answers)")
+    p.add_argument("--k", type=int, default=DEFAULT_K, help=f"prefix length of the headline table (default {DEFAULT_K})")
+    p.add_argument("--k-max", type=int, default=40, help="longest draft recorded; k in {5,10,20,30,40} read its prefixes (default 40)")
+    p.add_argument("--n-samples", type=int, default=5, help="variance gate: sampled prefixes N (default 5)")
+    p.add_argument("--temp", type=float, default=0.7, help="variance gate temperature (default 0.7)")
+    p.add_argument("--beta", type=float, default=3.0, help="margin link temperature (default 3)")
+    p.add_argument("--top-k", type=int, default=5, help="passages retrieved (default 5)")
+    p.add_argument("--context-tokens", type=int, default=DEFAULT_CONTEXT_TOKENS,
+                   help=f"context budget L_ctx (default {DEFAULT_CONTEXT_TOKENS})")
+    p.add_argument("--max-tokens", type=int, help="answer cap (default 32; 50 for musique)")
+    p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH, help=f"questions decoded together (default {DEFAULT_BATCH})")
+    p.add_argument("--latency-sample", type=int, default=DEFAULT_LATENCY_SAMPLE,
+                   help=f"questions timed at batch 1 for the latency columns (default {DEFAULT_LATENCY_SAMPLE})")
+    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for CIs (default 1000)")
+    p.add_argument("--no-baselines", action="store_true", help="skip the reflective baselines' probes")
+    p.add_argument("--no-plots", action="store_true", help="tables only")
+    p.add_argument("--report-only", action="store_true", help="rebuild tables and plots from existing records; run no model")
+    p.add_argument("--seed", type=int, default=0, help="sampling, splits and variance RNG seed (default 0)")
+    p.add_argument("--db", help="also write every per-question decision to this decision-log file")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p
+
+
+def _datasets(args) -> list[tuple[str, list]]:
+    out = []
+    for name in args.dataset:
+        out.append((name, load_hf(name)))
+    for path in args.data_file:
+        out.append((dataset_name(path, None), read_jsonl(path)))
+    if not out:
+        raise ValueError("give --dataset NAME or --data-file PATH.jsonl (for example ../shared/data/qa/nq_open_dev.jsonl)")
+    return out
+
+
+def _bar(desc: str, quiet: bool):
+    if quiet:
+        return None
+    from tqdm import tqdm
+
+    bar = {"t": None}
+
+    def cb(done: int, total: int) -> None:
+        if bar["t"] is None:
+            bar["t"] = tqdm(total=total, desc=desc, unit="q", initial=done, dynamic_ncols=True)
+        bar["t"].n = done
+        bar["t"].refresh()
+        if done >= total:
+            bar["t"].close()
+
+    return cb
+
+
+def _versions() -> dict:
+    import importlib.metadata as md
+    import platform
+
+    v = {"python": platform.python_version(), "platform": platform.platform()}
+    for pkg in ("mlx", "mlx-lm", "numpy", "usearch", "sentence-transformers", "targ-mlx"):
+        try:
+            v[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            v[pkg] = None
+    return v
+
+
+def evaluate_dataset(name, items, args, out: Path, bb, retriever, log, session) -> dict:
+    from targ_mlx.eval import report
+    from targ_mlx.eval.run import latency_items, read_jsonl, run_latency, run_records
+
+    out.mkdir(parents=True, exist_ok=True)
+    s = RecordSettings(k_max=args.k_max, n_samples=args.n_samples, temperature=args.temp, beta=args.beta,
+                       top_k=args.top_k, context_tokens=args.context_tokens,
+                       max_tokens=args.max_tokens or max_tokens_for(name), prompt_style=args.prompt, seed=args.seed,
+                       baselines=not args.no_baselines)
+    s = replace(s, ks=tuple(k for k in s.ks if k <= s.k_max) or (s.k_max,))
+    run_info: dict = {}
+    if not args.report_only:
+        t0 = time.perf_counter()
+        before = len(read_jsonl(out / "records.jsonl"))
+        records = run_records(bb, retriever, items, s, out, args.batch_size, _bar(f"{name} records", args.quiet),
+                              log=log, log_k=args.k, session=session, index_id=getattr(retriever, "manifest_id", None))
+        rec_s = time.perf_counter() - t0
+        new = len(records) - before
+        run_info = {"records_new": new, "records_seconds": rec_s,
+                    "questions_per_hour": 3600.0 * new / rec_s if new and rec_s > 0 else None}
+        never = {r["id"]: r["never"]["answer"] for r in records}
+        timed = [it for it in latency_items(items, args.latency_sample, args.seed) if it.id in never]
+        t0 = time.perf_counter()
+        run_latency(bb, retriever, timed, never, s, out, _bar(f"{name} latency", args.quiet))
+        run_info["latency_seconds"] = time.perf_counter() - t0
+    records = read_jsonl(out / "records.jsonl")
+    latency = {r["id"]: r for r in read_jsonl(out / "latency.jsonl")}
+    config = {"dataset": name, "n_items": len(items), "args": {k: v for k, v in vars(args).items()},
+              "settings": asdict(s), "versions": _versions(), "model": getattr(bb, "model_id", args.model),
+              "index": str(args.index), "run": run_info,
+              "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+    prev = out / "config.json"
+    if prev.is_file() and args.report_only:
+        config["run"] = json.loads(prev.read_text()).get("run", {})
+    elif prev.is_file():
+        old = json.loads(prev.read_text()).get("runs", [])
+        config["runs"] = old + [run_info]
+    prev.write_text(json.dumps(config, indent=2, default=str))
+    return report.write_all(name, records, latency, out, k=args.k, seed=args.seed, n_boot=args.bootstrap,
+                            plots=not args.no_plots, config=config)
+
+
+def run(args) -> int:
+    sets = [(name, sample(items, args.limit or None, args.seed)) for name, items in _datasets(args)]
+    root = Path(args.output_dir)
+    bb = retriever = log = None
+    session = f"eval-{uuid.uuid4().hex[:8]}"
+    if not args.report_only:
+        from targ_mlx import index
+        from targ_mlx.backbone import DEFAULT_MODEL, load_backbone
+
+        folder = args.index or str(index.default_index_dir())
+        args.index = folder
+        retriever = index.open_retriever(folder)
+        bb = load_backbone(args.model or DEFAULT_MODEL)
+        if args.db:
+            from targ_mlx.decision_log import DecisionLog
+
+            log = DecisionLog(args.db)
+    summaries = {}
+    for name, items in sets:
+        out = root if len(sets) == 1 else root / name
+        summaries[name] = evaluate_dataset(name, items, args, out, bb, retriever, log, session)
+        print((out / "summary.md").read_text(encoding="utf-8"))
+    if len(sets) > 1:
+        from targ_mlx.eval import report
+
+        text = report.transfer_table(summaries, k=args.k)
+        (root / "transfer.md").write_text(text, encoding="utf-8")
+        print(text)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = setup_arg_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from targ_mlx.errors import TargError
+    from targ_mlx.index.errors import IndexError_
+
+    try:
+        return run(args)
+    except (TargError, IndexError_, ValueError, FileNotFoundError, ImportError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted; rerun the same command to continue", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,143 @@
+"""One pass per question, batched: everything any operating point needs, computed once.
+
+For a batch of questions: one search_batch for all their queries; one left-padded prefill of
+B(q) whose greedy row runs to max(k_max, max_tokens) tokens (the draft at every k and the Never
+answer are prefixes of it) next to N sampled rows of k_max tokens (variance gate); one prefill of
+B(q)+C and greedy decode (the Always answer); and three yes/no probes for the reflective
+baselines. Sweeps, tables and plots read these records and never run the model again.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Sequence
+
+from targ_mlx import batch, gates, prompts
+from targ_mlx.backbone import Backbone
+from targ_mlx.eval import probes
+from targ_mlx.eval.datasets import QAItem
+from targ_mlx.eval.metrics import score_all
+
+KS = (5, 10, 20, 30, 40)
+DEFAULT_K = 20
+DEFAULT_CONTEXT_TOKENS = 512  # L_ctx for eval: half the assistant's 1024, for throughput
+CRAG_CONTEXT_TOKENS = 256  # the CRAG-lite evaluator grades the head of the packed context
+
+
+@dataclass(frozen=True)
+class RecordSettings:
+    k_max: int = 40
+    ks: tuple[int, ...] = KS
+    n_samples: int = 5
+    temperature: float = 0.7
+    beta: float = gates.DEFAULT_BETA
+    top_k: int = 5
+    context_tokens: int = DEFAULT_CONTEXT_TOKENS
+    crag_tokens: int = CRAG_CONTEXT_TOKENS
+    max_tokens: int = 32
+    prompt_style: str = "short"
+    seed: int = 0
+    baselines: bool = True
+
+
+@dataclass
+class QuestionRecord:
+    """All signals for one question. `scores[gate][str(k)]` is U of that gate over k draft steps."""
+
+    id: str
+    question: str
+    answers: list[str]
+    tok_prompt: int
+    draft: list[int]  # greedy tokens (EOS included when reached), at most max(k_max, max_tokens)
+    entropies: list[float]  # per greedy step (up to k_max)
+    gaps: list[float]
+    logprobs: list[float]  # log p of each greedy token (FLARE)
+    samples: list[list[int]]
+    scores: dict
+    never: dict  # {"answer", "em", "f1", "acc", "tok_out"}
+    always: dict  # {... , "tok_ctx", "passages": [[key, title, score], ...]}
+    probes: dict = field(default_factory=dict)  # p_need (self-eval), p_supported, p_relevant
+    cost: dict = field(default_factory=dict)  # this question's share of the batch's stage seconds
+    batch: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def gate_scores(entropies: Sequence[float], gaps: Sequence[float], samples: Sequence[Sequence[int]],
+                ks: Sequence[int], beta: float) -> dict:
+    out: dict = {"entropy": {}, "margin": {}, "variance": {}}
+    for k in ks:
+        if entropies:
+            out["entropy"][str(k)] = gates.entropy_score(entropies[:k])
+            out["margin"][str(k)] = gates.margin_score(gaps[:k], beta)
+        if samples:
+            out["variance"][str(k)] = gates.variance_score([s[:k] for s in samples], k)
+    return out
+
+
+def _text(bb: Backbone, toks: Sequence[int], cap: int) -> tuple[str, int]:
+    ids = [t for t in toks[:cap] if t not in bb.tokenizer.eos_ids]
+    return bb.tokenizer.decode(ids).strip(), len(ids)
+
+
+def record_batch(bb: Backbone, retriever, items: Sequence[QAItem], s: RecordSettings, batch_no: int = 0
+                 ) -> list[QuestionRecord]:
+    """Run the whole one-pass record for `items` together (see the module docstring)."""
+    tok = bb.tokenizer
+    qs = [it.question.strip() for it in items]
+    cost = dict(retrieval=0.0, draft=0.0, always=0.0, probes=0.0)
+
+    t0 = time.perf_counter()
+    found = retriever.search_batch(qs, s.top_k)
+    packed = []
+    for q, hits in zip(qs, found):
+        base = len(tok.chat_ids(prompts.messages(q, " ", s.prompt_style)))
+        room = max(0, bb.context_length - base - s.max_tokens)
+        packed.append(prompts.pack_context(hits, min(s.context_tokens, room), tok.encode, tok.decode))
+    cost["retrieval"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    base_ids = [tok.chat_ids(prompts.messages(q, None, s.prompt_style)) for q in qs]
+    greedy, samples = batch.draft_batch(bb, base_ids, s.k_max, s.n_samples, max(s.k_max, s.max_tokens),
+                                        s.temperature, seed=s.seed * 1_000_003 + batch_no)
+    cost["draft"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    rag_ids = [tok.chat_ids(prompts.messages(q, p.text or None, s.prompt_style)) for q, p in zip(qs, packed)]
+    always = batch.greedy_batch(bb, rag_ids, s.max_tokens)
+    cost["always"] = time.perf_counter() - t0
+
+    never_text = [_text(bb, g, s.max_tokens) for g in greedy.tokens]
+    probe_vals: list[dict] = [{} for _ in items]
+    if s.baselines:
+        t0 = time.perf_counter()
+        yes, no = probes.yes_no_ids(tok)
+        p_need = probes.p_yes(batch.last_logprobs(bb, [tok.chat_ids(probes.self_eval(q)) for q in qs]), yes, no)
+        p_sup = probes.p_yes(batch.last_logprobs(
+            bb, [tok.chat_ids(probes.self_check(q, a)) for q, (a, _) in zip(qs, never_text)]), yes, no)
+        heads = [tok.decode(tok.encode(p.text)[: s.crag_tokens]) if p.text else "(no passages)" for p in packed]
+        p_rel = probes.p_yes(batch.last_logprobs(bb, [tok.chat_ids(probes.crag_grade(q, h)) for q, h in zip(qs, heads)]),
+                             yes, no)
+        probe_vals = [{"p_need": a, "p_supported": b, "p_relevant": c} for a, b, c in zip(p_need, p_sup, p_rel)]
+        cost["probes"] = time.perf_counter() - t0
+
+    share = {name: sec / len(items) for name, sec in cost.items()}
+    out = []
+    for i, it in enumerate(items):
+        k_steps = min(len(greedy.entropies[i]), s.k_max)
+        ents, gaps_, lps = greedy.entropies[i][:k_steps], greedy.gaps[i][:k_steps], greedy.logprobs[i]
+        n_ans, n_len = never_text[i]
+        a_ans, a_len = _text(bb, always.tokens[i], s.max_tokens)
+        p = packed[i]
+        out.append(QuestionRecord(
+            id=it.id, question=it.question, answers=list(it.answers), tok_prompt=len(base_ids[i]),
+            draft=greedy.tokens[i], entropies=ents, gaps=gaps_, logprobs=lps[: min(len(lps), s.max_tokens)],
+            samples=samples[i], scores=gate_scores(ents, gaps_, samples[i], s.ks, s.beta),
+            never={"answer": n_ans, **score_all(n_ans, it.answers), "tok_out": n_len},
+            always={"answer": a_ans, **score_all(a_ans, it.answers), "tok_out": a_len, "tok_ctx": p.tokens,
+                    "passages": [[x.key, x.title, round(x.score, 4)] for x in p.passages]},
+            probes=probe_vals[i], cost=share, batch=batch_no,
+        ))
+    return out

@@ -1,0 +1,129 @@
+"""Resumable drivers: records for every question (batched) and batch-1 timings for a sample.
+
+Each finished batch is appended to `records.jsonl` (and each timed question to `latency.jsonl`)
+and flushed, so a rerun reads the ids already there and continues; no question is run twice.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+from dataclasses import asdict
+from pathlib import Path
+from typing import Callable, Sequence
+
+from targ_mlx.eval.datasets import QAItem
+from targ_mlx.eval.latency import time_question
+from targ_mlx.eval.record import QuestionRecord, RecordSettings, record_batch
+from targ_mlx.records import Answer, TokenCounts
+
+logger = logging.getLogger(__name__)
+
+RECORDS = "records.jsonl"
+LATENCY = "latency.jsonl"
+DEFAULT_BATCH = 8
+DEFAULT_LATENCY_SAMPLE = 100
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """Rows of a JSONL file; a torn last line (interrupted write) is dropped."""
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            logger.warning("skipping a torn line in %s", path)
+    return rows
+
+
+def _append(path: Path, rows: Sequence[dict]) -> None:
+    with path.open("a", encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+        f.flush()
+
+
+def _repair(path: Path, rows: list[dict]) -> None:
+    """Rewrite the file without a torn tail so appends start on a fresh line."""
+    if path.is_file() and not path.read_text(encoding="utf-8").endswith("\n") and path.stat().st_size:
+        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+
+
+def run_records(bb, retriever, items: Sequence[QAItem], s: RecordSettings, out_dir: Path, batch_size: int = DEFAULT_BATCH,
+                progress: Callable[[int, int], None] | None = None, log=None, log_k: int = 20,
+                session: str | None = None, index_id: str | None = None) -> list[dict]:
+    """Records for `items`, skipping ids already in out_dir/records.jsonl; returns all rows in item order.
+
+    Batches are fixed slices of `items` (by position), so a resumed run forms the same batches
+    and the variance samples (seeded per batch) are reproducible.
+    """
+    path = Path(out_dir) / RECORDS
+    have = read_jsonl(path)
+    _repair(path, have)
+    done = {r["id"] for r in have}
+    total = len(items)
+    if progress:
+        progress(sum(it.id in done for it in items), total)
+    for b in range(math.ceil(total / batch_size)):
+        chunk = [it for it in items[b * batch_size : (b + 1) * batch_size] if it.id not in done]
+        if not chunk:
+            continue
+        recs = record_batch(bb, retriever, chunk, s, batch_no=b)
+        rows = [r.to_dict() for r in recs]
+        _append(path, rows)
+        if log is not None:
+            for r in recs:
+                log_record(log, r, bb.model_id, s, log_k, session, index_id)
+        have += rows
+        done.update(r["id"] for r in rows)
+        if progress:
+            progress(sum(it.id in done for it in items), total)
+    by_id = {r["id"]: r for r in have}
+    return [by_id[it.id] for it in items if it.id in by_id]
+
+
+def log_record(log, r: QuestionRecord, model: str, s: RecordSettings, k: int, session: str | None,
+               index_id: str | None) -> int:
+    """One decision-log row per question: the Never answer with every score at prefix length k and
+    both branches' outcomes, so `targ-calibrate` can fit tau from eval runs."""
+    scores = {g: r.scores[g][str(k)] for g in ("entropy", "margin", "variance") if str(k) in r.scores[g]}
+    ans = Answer(question=r.question, answer=r.never["answer"], model=model, gate="never", tau=float("inf"),
+                 score=None, retrieved=False, k=k, beta=s.beta, n_samples=s.n_samples, temperature=s.temperature,
+                 scores=scores, tokens=TokenCounts(prompt=r.tok_prompt, draft=min(len(r.draft), k),
+                                                   output=r.never["tok_out"],
+                                                   samples=sum(len(x[:k]) for x in r.samples)))
+    strip = lambda b: {key: v for key, v in b.items() if key != "passages"}  # noqa: E731
+    return log.record(ans, source="eval", session=session, index_id=index_id, gold=list(r.answers),
+                      em=r.never["em"], f1=r.never["f1"],
+                      branches={"never": strip(r.never), "always": strip(r.always)},
+                      extra={"qid": r.id, "probes": r.probes, "scores_all_k": r.scores})
+
+
+def latency_items(items: Sequence[QAItem], n: int, seed: int) -> list[QAItem]:
+    if n <= 0:
+        return []
+    idx = sorted(random.Random(seed + 1).sample(range(len(items)), min(n, len(items))))
+    return [items[i] for i in idx]
+
+
+def run_latency(bb, retriever, items: Sequence[QAItem], never_answers: dict[str, str], s: RecordSettings,
+                out_dir: Path, progress: Callable[[int, int], None] | None = None) -> dict[str, dict]:
+    """Batch-1 stage timings for `items` (resumable, like run_records); returns id -> timings."""
+    path = Path(out_dir) / LATENCY
+    have = read_jsonl(path)
+    _repair(path, have)
+    done = {r["id"] for r in have}
+    for i, it in enumerate(items):
+        if it.id in done:
+            continue
+        row = asdict(time_question(bb, retriever, it, never_answers.get(it.id, ""), s))
+        _append(path, [row])
+        have.append(row)
+        done.add(it.id)
+        if progress:
+            progress(i + 1, len(items))
+    return {r["id"]: r for r in have}

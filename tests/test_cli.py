@@ -1,0 +1,58 @@
+"""`python -m targ_mlx ask` in-process on the real model, plus help, errors and import hygiene."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from targ_mlx.cli import main
+
+
+def test_help(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["ask", "--help"])
+    assert e.value.code == 0
+    assert "--gate" in capsys.readouterr().out
+
+
+def test_ask_json_and_log(tmp_path, capsys, backbone):
+    db = tmp_path / "log.db"
+    rc = main(["ask", "Who wrote Hamlet?", "--gate", "margin", "--tau", "1.0", "--k", "6", "--max-tokens", "10",
+               "--db", str(db), "--json"])
+    assert rc == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert rec["gate"] == "margin" and rec["retrieved"] is False and rec["k"] == 6
+    assert rec["tokens"]["draft"] <= 6 and rec["answer"]
+    from targ_mlx.decision_log import DecisionLog
+
+    rows = DecisionLog(str(db)).rows()
+    assert len(rows) == 1 and rows[0]["source"] == "ask" and rows[0]["query"] == "Who wrote Hamlet?"
+
+
+def test_ask_plain_output(tmp_path, capsys):
+    rc = main(["ask", "what is the capital of france", "--gate", "never", "--no-log", "--max-tokens", "8"])
+    out, err = capsys.readouterr()
+    assert rc == 0 and out.strip()
+    assert err.startswith("[never U=- <= tau=-: answered without retrieval;")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["ask", "hi", "--model", "nosuchmodel", "--no-log"], "error: unknown model 'nosuchmodel'"),
+    (["ask", "   ", "--gate", "never", "--no-log"], "error: empty question"),
+])
+def test_errors_are_one_line(tmp_path, capsys, argv, message):
+    rc = main(argv)
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith(message) and err.count("\n") == 1
+
+
+def test_library_never_imports_textual():
+    code = ("import targ_mlx, targ_mlx.assistant, targ_mlx.cli, targ_mlx.decision_log, targ_mlx.index, sys; "
+            "assert 'textual' not in sys.modules and 'tui' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_module_entry_point_help():
+    out = subprocess.run([sys.executable, "-m", "targ_mlx", "--help"], capture_output=True, text=True, check=True)
+    assert "ask" in out.stdout
