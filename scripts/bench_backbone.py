@@ -64,6 +64,23 @@ def llama_round(llm, prompt, n_decode):
     return t1 - t0, t2 - t1
 
 
+def roofline(bb, path):
+    """Decode at batch 1 streams every weight once per token: bytes/token over memory bandwidth
+    bounds tokens/s. Bandwidth is measured here with a numpy reduction over 512 MB."""
+    big = np.ones(128 * 1024 * 1024, dtype=np.float32)
+    big.sum()
+    t0 = time.perf_counter()
+    for _ in range(5):
+        big.sum()
+    bw = 5 * big.nbytes / (time.perf_counter() - t0)
+    from mlx.utils import tree_flatten
+
+    mlx_bytes = sum(v.nbytes for _, v in tree_flatten(bb.model.parameters()))
+    gguf_bytes = os.path.getsize(path)
+    return {"bandwidth_GB_s": bw / 1e9, "mlx_weight_bytes": mlx_bytes, "gguf_weight_bytes": gguf_bytes,
+            "mlx_decode_bound_tok_s": bw / mlx_bytes, "llama_decode_bound_tok_s": bw / gguf_bytes}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m", help="alias or .gguf path (default smollm2-135m)")
@@ -85,6 +102,8 @@ def main(argv=None):
     if "q4" in variants:
         models["q4"] = load_backbone(args.model, dtype="quantized")
     llm = Llama(model_path=path, n_ctx=2048, n_batch=512, n_threads=args.threads, verbose=False)
+    # llama.cpp built with GGML_NATIVE on a CPU reporting AMX segfaults in VMs that do not enable
+    # AMX tiles: build it with -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF (see the Makefile).
     prompt = models["fp32"].tokenizer.encode(TEXT)[: args.prompt_tokens]
     rows = {v: [] for v in variants}
     for r in range(args.rounds + 1):  # round 0 warms caches and is dropped
@@ -114,6 +133,7 @@ def main(argv=None):
             "prefill_ratio": med("prefill_ratio"),
             "decode_ratio": med("decode_ratio"),
         }
+    summary["roofline"] = roofline(models["fp32"], path)
     meta = {"date": str(date.today()), "machine": f"{platform.machine()} {os.cpu_count()} cores, {platform.platform()}",
             "blas": BLAS_STATUS, "model": path, "prompt_tokens": args.prompt_tokens,
             "decode_tokens": args.decode_tokens, "rounds": args.rounds, "load_avg": os.getloadavg()}
@@ -122,7 +142,10 @@ def main(argv=None):
         json.dump({"meta": meta, "summary": summary, "rounds": rows}, f, indent=2)
     print(json.dumps(meta))
     print(f"{'variant':14} {'MLX prefill':>12} {'llama prefill':>14} {'ratio':>6} {'MLX decode':>11} {'llama decode':>13} {'ratio':>6}")
+    print("roofline (batch-1 decode is memory-bound):", json.dumps(summary["roofline"]))
     for v, s in summary.items():
+        if v == "roofline":
+            continue
         print(f"{v:14} {s['mlx_prefill_tok_s']:10.0f}/s {s['llama_prefill_tok_s']:12.0f}/s {s['prefill_ratio']:6.2f} "
               f"{s['mlx_decode_tok_s']:9.1f}/s {s['llama_decode_tok_s']:11.1f}/s {s['decode_ratio']:6.2f}")
 

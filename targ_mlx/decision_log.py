@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterable, TypeVar
 
 from sqlite_utils import Database
 
+from targ_mlx.errors import TargError
 from targ_mlx.records import Answer
 
 logger = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ _BUSY_TIMEOUT_MS = (
 T = TypeVar("T")
 
 
-class DecisionLogError(Exception):
+class DecisionLogError(TargError):
     """Base class for decision log errors."""
 
 
