@@ -92,14 +92,20 @@ def bench_real(index_dir: Path, n_recall: int, n_latency: int) -> dict:
     out["n_recall_queries"] = len(qs)
 
     # latency: one query at a time, as the assistant asks
+    # one pass per kind, each over the same queries after a warm-up pass, so none rides on the
+    # pages another kind just touched
     lat_index, lat_lookup, lat_full = [], [], []
-    for q, v in zip(qs[:n_latency], qv[:n_latency]):
+    for v in qv[:n_latency]:
+        r.search_vectors(v[None], K)
+    for v in qv[:n_latency]:
         t0 = time.perf_counter()
         r.index.search(v, K)
         lat_index.append(1000 * (time.perf_counter() - t0))
+    for v in qv[:n_latency]:
         t0 = time.perf_counter()
         r.search_vectors(v[None], K)
         lat_lookup.append(1000 * (time.perf_counter() - t0))
+    for q in qs[:n_latency]:
         t0 = time.perf_counter()
         r.search(q, K)
         lat_full.append(1000 * (time.perf_counter() - t0))
@@ -227,13 +233,17 @@ SECTION = "## Index (scripts/bench_index.py)"
 
 def render(real: dict | None, scale: dict | None, real_cmd: str, scale_cmd: str) -> str:
     """The BENCHMARKS.md section from the JSON results."""
-    lines = [SECTION, ""]
+    lines = [SECTION, "", "Targets: recall@5 >= 0.99 (real) and >= 0.97 (1M); p50 search <= 0.5 ms at 1M (no "
+             "encoding); open <= 50 ms with view at any size. The machine is shared: load averages of 8-18 "
+             "on 2 cores during these runs, so times are upper bounds; recall figures are not affected.", ""]
+    if not real:
+        lines += [f"**Real index**: not measured yet; run `{real_cmd}` once index/vital-pool-minilm is built.", ""]
     if real:
         b = real["build"]
         lines += [
             f"**Real index**: `{real_cmd}`, {real['machine']['date']}, {real['machine']['cpus']} shared CPU cores "
             f"({real['machine']['platform']}).",
-            f"Corpus vital-articles + wiki_pool: {real['passages']:,} chunks, all-MiniLM-L6-v2, "
+            f"Corpus {' + '.join(c['source'] for c in real['corpora'])}: {real['passages']:,} chunks, all-MiniLM-L6-v2, "
             f"{real['dtype']}, HNSW {real['hnsw']}, manifest `{real['manifest_id']}`.",
             "",
             "| figure | value |",
@@ -287,6 +297,20 @@ def render(real: dict | None, scale: dict | None, real_cmd: str, scale_cmd: str)
                 f"{v['rss_after_queries_mb']} / {ld['rss_after_queries_mb']} MB |"
             )
         lines.append("")
+        for dtype in ("f16", "i8", "f32"):
+            if dtype not in scale:
+                continue
+            efs = sorted((int(k[2:]), v) for k, v in scale[dtype].items() if k.startswith("ef"))
+            ok = [ef for ef, v in efs if v["recall_at_5"] >= 0.97]
+            best = max(v["recall_at_5"] for _, v in efs)
+            lines.append(
+                f"- {dtype}: recall@5 >= 0.97 from expansion_search {ok[0]}" if ok else
+                f"- {dtype}: recall@5 stays below 0.97 (best {best:.4f}): the loss is quantisation, not the graph "
+                "(the components of a 384-d unit vector are ~0.05, a few i8 steps; exact search over the same i8 "
+                "vectors is no better, and scaling the inputs first changes nothing)"
+            )
+        lines += ["- `view=True` maps the file, but usearch visits every node header to build its offset "
+                  "table, so open time grows linearly with the number of vectors; shards keep each open short.", ""]
     return "\n".join(lines) + "\n"
 
 
@@ -322,6 +346,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     rep.add_argument("--real-cmd", default="python scripts/bench_index.py real")
     rep.add_argument("--scale-cmd", default="python scripts/bench_index.py scale --n 1000000")
     rep.add_argument("--benchmarks", type=Path, default=REPO / "BENCHMARKS.md")
+    rep.add_argument("--note", action="append", default=[], help="a paragraph to add at the end")
     probe = sub.add_parser("_probe")
     probe.add_argument("path")
     probe.add_argument("mode", choices=["view", "load"])
@@ -338,6 +363,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.part == "report":
         load = lambda p: json.loads(p.read_text()) if p.is_file() else None  # noqa: E731
         section = render(load(args.real_json), load(args.scale_json), args.real_cmd, args.scale_cmd)
+        section += "".join(f"{note}\n\n" for note in args.note)
         write_section(args.benchmarks, section)
         print(section)
         return

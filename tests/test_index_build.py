@@ -127,3 +127,16 @@ def test_reuse_takes_vectors_of_identical_chunks(tmp_path, small_index_dir, smal
     out = build_index([str(subset)], tmp_path / "reused", reuse=[small_index_dir])
     assert _keys(out) == sorted(c.key for c in chunks)
     assert open_retriever(out).manifest["timing"]["encode_s"] < 1.0  # nothing was encoded
+
+
+def test_expansion_search_is_a_serving_setting(tmp_path, small_index_dir, small_index_corpus):
+    import shutil
+
+    copy = shutil.copytree(small_index_dir, tmp_path / "copy")
+    t0 = time.perf_counter()
+    build_index([str(small_index_corpus)], copy, expansion_search=32)  # no rebuild: manifest only
+    assert time.perf_counter() - t0 < 5
+    assert open_retriever(copy).index.expansion_search == 32
+    assert open_retriever(copy, expansion_search=300).index.expansion_search == 300
+    r = open_retriever(small_index_dir)
+    assert r.index.expansion_search == r.manifest["hnsw"]["expansion_search"]

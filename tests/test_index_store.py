@@ -152,3 +152,17 @@ def test_default_index_dir(monkeypatch, tmp_path):
     assert default_index_dir() == Path(__file__).resolve().parents[1] / "index" / "vital-articles-minilm"
     monkeypatch.setenv("TARG_MLX_INDEX", str(tmp_path / "mine"))
     assert default_index_dir() == tmp_path / "mine"
+
+
+def test_progress_bar_shows_rate_and_eta():
+    import io
+
+    from targ_mlx.index.progress import ProgressBar
+
+    out = io.StringIO()
+    bar = ProgressBar(stream=out, every=0.0)
+    bar(0, 100)
+    bar(50, 100)
+    bar(100, 100)
+    text = out.getvalue()
+    assert "50/100 chunks" in text and "passages/s" in text and "ETA" in text and text.endswith("\n")

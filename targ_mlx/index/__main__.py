@@ -6,46 +6,14 @@ import argparse
 import json
 import logging
 import sys
-import time
 
 from targ_mlx.index.build import DEFAULT_COMMIT_EVERY
 from targ_mlx.index.encoder import DEFAULT_BATCH_SIZE, DEFAULT_ENCODER
 from targ_mlx.index.errors import IndexError_
+from targ_mlx.index.progress import ProgressBar
 from targ_mlx.index.store import DTYPES, HnswParams
 
 DEFAULT_K = 5
-
-
-class ProgressBar:
-    """One stderr line: done/total, percent, passages/s, ETA (the library only calls back)."""
-
-    def __init__(self, stream=sys.stderr, every: float = 0.5):
-        self.stream, self.every = stream, every
-        self.t0 = self.first = None
-        self.last = 0.0
-
-    def __call__(self, done: int, total: int) -> None:
-        now = time.perf_counter()
-        if self.t0 is None:
-            self.t0, self.first = now, done  # a resumed build starts counting from here
-            return
-        if now - self.last < self.every and done != total:
-            return
-        self.last = now
-        rate = (done - self.first) / max(now - self.t0, 1e-9)
-        if total:
-            eta = (total - done) / rate if rate > 0 else float("inf")
-            eta_s = time.strftime("%H:%M:%S", time.gmtime(eta)) if eta != float("inf") else "--:--:--"
-            width = 30
-            fill = int(width * done / total)
-            line = f"[{'#' * fill}{'.' * (width - fill)}] {done:,}/{total:,} chunks {100 * done / total:5.1f}% "
-            line += f"{rate:6.1f} passages/s ETA {eta_s}"
-        else:
-            line = f"{done:,} chunks {rate:6.1f} passages/s"
-        self.stream.write("\r" + line)
-        if done == total:
-            self.stream.write("\n")
-        self.stream.flush()
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
@@ -64,7 +32,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     b.add_argument("--expansion-add", type=int, default=HnswParams.expansion_add,
                    help=f"HNSW build beam (default: {HnswParams.expansion_add})")
     b.add_argument("--expansion-search", type=int, default=HnswParams.expansion_search,
-                   help=f"HNSW search beam (default: {HnswParams.expansion_search})")
+                   help=f"HNSW search beam recorded as the index's serving default; rerun the build to change it (default: {HnswParams.expansion_search})")
     b.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
                    help=f"encoder batch size (default: {DEFAULT_BATCH_SIZE})")
     b.add_argument("--commit-every", type=int, default=DEFAULT_COMMIT_EVERY,
@@ -83,6 +51,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     s.add_argument("query")
     s.add_argument("-k", type=int, default=DEFAULT_K, help=f"passages to return (default: {DEFAULT_K})")
     s.add_argument("--json", action="store_true", help="print JSON lines instead of text")
+    s.add_argument("--expansion-search", type=int, help="HNSW ef for this search (default: the index's)")
     return parser
 
 
@@ -116,7 +85,7 @@ def _info(path, verify: bool, as_json: bool) -> None:
 def _search(args) -> None:
     from targ_mlx.index.retriever import open_retriever
 
-    r = open_retriever(args.dir)
+    r = open_retriever(args.dir, expansion_search=args.expansion_search)
     for p in r.search(args.query, args.k):
         if args.json:
             print(json.dumps({"key": p.key, "score": round(p.score, 4), "title": p.title, "text": p.text}))

@@ -21,7 +21,7 @@ import numpy as np
 import sqlite_utils
 
 from targ_mlx.index.chunking import Chunk, ChunkParams, chunk_article
-from targ_mlx.index.corpus import Article, corpus_label, read_corpus
+from targ_mlx.index.corpus import Article, read_corpus
 from targ_mlx.index.encoder import DEFAULT_BATCH_SIZE, DEFAULT_ENCODER, Encoder, canonical_name, load_encoder
 from targ_mlx.index.errors import IndexMismatchError
 from targ_mlx.index.reuse import VectorSource
@@ -77,11 +77,26 @@ def _build_spec(corpora, encoder, dtype, limit, params: ChunkParams, hnsw: HnswP
     }
 
 
+def _same_build(a: dict, b: dict) -> bool:
+    """Equal build arguments, ignoring expansion_search (a serving setting, not part of the graph)."""
+
+    def strip(spec: dict) -> dict:
+        return {**spec, "hnsw": {k: v for k, v in spec["hnsw"].items() if k != "expansion_search"}}
+
+    return strip(a) == strip(b)
+
+
+def _set_expansion_search(out: Path, manifest: dict, ef: int) -> None:
+    manifest["build"]["hnsw"]["expansion_search"] = manifest["hnsw"]["expansion_search"] = ef
+    write_json_atomic(out / MANIFEST, manifest)
+    logger.info("%s: serving expansion_search set to %d", out, ef)
+
+
 def _open_partial(out: Path, spec: dict) -> Path:
     part = partial_dir(out)
     state = part / BUILD_STATE
     if state.is_file():
-        if json.loads(state.read_text()) != spec:
+        if not _same_build(json.loads(state.read_text()), spec):
             raise IndexMismatchError(
                 f"{part} holds an unfinished build with other arguments; fix: rerun that build "
                 f"or delete {part} to start this one"
@@ -153,8 +168,11 @@ def build_index(
     name = canonical_name(encoder or DEFAULT_ENCODER)
     spec = _build_spec(corpora, name, dtype, limit, chunking, hnsw)
     if (out / MANIFEST).is_file():
-        built = read_manifest(out)["build"]
-        if built == spec:
+        manifest = read_manifest(out)
+        built = manifest["build"]
+        if _same_build(built, spec):
+            if built["hnsw"].get("expansion_search") != expansion_search:
+                _set_expansion_search(out, manifest, expansion_search)
             logger.info("%s is already built", out)
             return out
         raise IndexMismatchError(

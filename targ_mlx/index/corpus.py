@@ -15,7 +15,6 @@ from __future__ import annotations
 import bz2
 import importlib.util
 import json
-import os
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
@@ -206,11 +205,6 @@ def read_hf_dataset(spec: str) -> Iterator[Article]:
     ds = datasets.load_dataset(name, config[0] if config else None, split="train", streaming=True)
     for row in ds:
         yield Article(str(row["id"]), row["title"], normalise_space(row["text"]), spec)
-
-
-def corpus_label(spec: str) -> str:
-    """The label recorded for a spec: the name for vital/hf, the file name for paths."""
-    return spec if spec == VITAL or spec.startswith("hf:") else os.path.basename(spec.rstrip("/"))
 
 
 def read_corpus(spec: str) -> Iterator[Article]:

@@ -106,7 +106,7 @@ def open_retriever(
         encoder: the query encoder (object or name); None uses the one in the manifest. A name or
             dims that differ from the manifest raise IndexMismatchError.
         verify: also check whole-file sha256 checksums (reads every byte; slow on big indexes).
-        expansion_search: HNSW ef at query time; None keeps the manifest's.
+        expansion_search: HNSW ef at query time (recall vs latency); None uses the manifest's.
 
     Raises:
         IndexMissingError, IndexCorruptError, IndexMismatchError: one line each, naming the fix.
@@ -135,6 +135,6 @@ def open_retriever(
             f"{path / VECTORS} does not match its manifest (dims/count); fix: delete {path} and rebuild: "
             f"{rebuild_command(manifest['build'], path)}"
         )
-    if expansion_search:
-        index.expansion_search = expansion_search
+    # usearch does not save ef with the file: set the manifest's (or the caller's) on every open
+    index.expansion_search = expansion_search or manifest["hnsw"].get("expansion_search") or 256
     return IndexRetriever(path, manifest, index, encoder)
