@@ -64,6 +64,24 @@ def llama_round(llm, prompt, n_decode):
     return t1 - t0, t2 - t1
 
 
+def no_extra_bufts():
+    """llama.cpp built natively on a CPU that reports AMX repacks weights into an AMX buffer and
+    segfaults in VMs that do not grant AMX tile state (seen here, even when built with
+    GGML_AMX_*=OFF). Turning off extra buffer types (AMX, CPU_REPACK) avoids it; the weights are
+    then used as mapped from the file, with llama.cpp's AVX-512 kernels."""
+    import llama_cpp
+
+    default = llama_cpp.llama_model_default_params
+
+    def params():
+        p = default()
+        p.use_extra_bufts = False
+        return p
+
+    llama_cpp.llama_model_default_params = params
+    llama_cpp.llama.llama_cpp.llama_model_default_params = params
+
+
 def roofline(bb, path):
     """Decode at batch 1 streams every weight once per token: bytes/token over memory bandwidth
     bounds tokens/s. Bandwidth is measured here with a numpy reduction over 512 MB."""
@@ -90,6 +108,8 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--variants", default="fp32,fp32-batch6,q4",
                     help="comma list of fp32 | fp32-batch6 | q4 | fp32-1thread")
+    ap.add_argument("--extra-bufts", action="store_true",
+                    help="let llama.cpp use AMX/repacked buffers (crashes in VMs without AMX tile state)")
     ap.add_argument("--output-dir", default="runs/bench_backbone")
     args = ap.parse_args(argv)
     try:
@@ -101,9 +121,9 @@ def main(argv=None):
     models = {"fp32": load_backbone(args.model, dtype="float32")}
     if "q4" in variants:
         models["q4"] = load_backbone(args.model, dtype="quantized")
+    if not args.extra_bufts:
+        no_extra_bufts()
     llm = Llama(model_path=path, n_ctx=2048, n_batch=512, n_threads=args.threads, verbose=False)
-    # llama.cpp built with GGML_NATIVE on a CPU reporting AMX segfaults in VMs that do not enable
-    # AMX tiles: build it with -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF (see the Makefile).
     prompt = models["fp32"].tokenizer.encode(TEXT)[: args.prompt_tokens]
     rows = {v: [] for v in variants}
     for r in range(args.rounds + 1):  # round 0 warms caches and is dropped
@@ -116,6 +136,8 @@ def main(argv=None):
             ref2 = llama_round(llm, prompt, args.decode_tokens)  # bracket each MLX run
             lp = (ref[0] + ref2[0]) / 2
             ld = (ref[1] + ref2[1]) / 2
+            print(f"round {r} {v}: MLX prefill {got[0]:.2f}s decode {got[1]:.2f}s | llama.cpp prefill {lp:.2f}s "
+                  f"decode {ld:.2f}s", flush=True)
             if r > 0:
                 rows[v].append({"mlx_prefill_s": got[0], "mlx_decode_s": got[1], "llama_prefill_s": lp,
                                 "llama_decode_s": ld, "prefill_ratio": lp / got[0],
@@ -134,7 +156,7 @@ def main(argv=None):
             "decode_ratio": med("decode_ratio"),
         }
     summary["roofline"] = roofline(models["fp32"], path)
-    meta = {"date": str(date.today()), "machine": f"{platform.machine()} {os.cpu_count()} cores, {platform.platform()}",
+    meta = {"llama_cpp_extra_bufts": args.extra_bufts, "date": str(date.today()), "machine": f"{platform.machine()} {os.cpu_count()} cores, {platform.platform()}",
             "blas": BLAS_STATUS, "model": path, "prompt_tokens": args.prompt_tokens,
             "decode_tokens": args.decode_tokens, "rounds": args.rounds, "load_avg": os.getloadavg()}
     os.makedirs(args.output_dir, exist_ok=True)

@@ -40,20 +40,14 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _progress(done: int, total: int) -> None:
-    pct = 100.0 * done / total if total else 0.0
-    print(f"\rbuilding the default index: {done:,}/{total:,} passages ({pct:.0f}%)", end="", file=sys.stderr, flush=True)
-    if total and done >= total:
-        print(file=sys.stderr)
-
-
 def open_index(path: str | None):
     """A zero-argument loader for the retriever, so answers that skip retrieval never load it."""
 
     def load():
         from targ_mlx import index
+        from targ_mlx.index.progress import ProgressBar
 
-        folder = path or index.ensure_default_index(progress=_progress)
+        folder = path or index.ensure_default_index(progress=ProgressBar())
         return index.open_retriever(folder)
 
     return load
@@ -100,16 +94,9 @@ def ask(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    from targ_mlx.errors import TargError
+    from targ_mlx.errors import run_main
 
-    try:
-        return ask(args)
-    except (TargError, ValueError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    return run_main(ask, args)
 
 
 if __name__ == "__main__":

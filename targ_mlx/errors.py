@@ -11,3 +11,17 @@ class ModelLoadError(TargError):
 
 class QuestionError(TargError, ValueError):
     """An empty question, or one that cannot fit the model's context window."""
+
+
+def run_main(fn, args, interrupted: str = "interrupted") -> int:
+    """Run a CLI body: our errors and bad values become one `error: ...` line and exit code 2."""
+    import sys
+
+    try:
+        return fn(args)
+    except (TargError, ValueError, FileNotFoundError, ImportError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(interrupted, file=sys.stderr)
+        return 130

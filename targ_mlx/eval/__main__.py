@@ -26,6 +26,8 @@ def setup_arg_parser() -> argparse.ArgumentParser:
                    help=f"Hugging Face dataset by name (needs a network): {', '.join(DATASETS)}")
     p.add_argument("--data-file", nargs="+", default=[], metavar="PATH.jsonl",
                    help='JSONL with {"question", "answers": [...]} lines (e.g. ../shared/data/qa/nq_open_dev.jsonl)')
+    p.add_argument("--name", nargs="+", default=[], metavar="NAME",
+                   help="output names per dataset, in order (default: the dataset name or the data file's stem)")
     p.add_argument("--limit", type=int, default=DEFAULT_LIMIT, help=f"seeded sample size per dataset (default {DEFAULT_LIMIT}; 0 = all)")
     p.add_argument("--index", help="index folder (default: the offline default index)")
     p.add_argument("--model", default=None, help="alias (smollm2-135m, default), .gguf path, MLX folder or mlx-lm repo id")
@@ -59,6 +61,10 @@ def _datasets(args) -> list[tuple[str, list]]:
         out.append((name, load_hf(name)))
     for path in args.data_file:
         out.append((dataset_name(path, None), read_jsonl(path)))
+    if args.name:
+        if len(args.name) != len(out):
+            raise ValueError(f"--name needs one name per dataset ({len(out)}), got {len(args.name)}")
+        out = [(n, items) for n, (_, items) in zip(args.name, out)]
     if not out:
         raise ValueError("give --dataset NAME or --data-file PATH.jsonl (for example ../shared/data/qa/nq_open_dev.jsonl)")
     return out
@@ -109,26 +115,37 @@ def evaluate_dataset(name, items, args, out: Path, bb, retriever, log, session) 
     if not args.report_only:
         t0 = time.perf_counter()
         before = len(read_jsonl(out / "records.jsonl"))
+        timed_ids = {it.id for it in latency_items(items, args.latency_sample, args.seed)}
+        lat_s = [0.0]
+
+        def time_some(rows):  # batch-1 timings interleaved, so a cut-short run still has some
+            t1 = time.perf_counter()
+            todo = [it for it in items if it.id in timed_ids and it.id in {r["id"] for r in rows}]
+            run_latency(bb, retriever, todo, {r["id"]: r["never"]["answer"] for r in rows}, s, out)
+            lat_s[0] += time.perf_counter() - t1
+
         records = run_records(bb, retriever, items, s, out, args.batch_size, _bar(f"{name} records", args.quiet),
-                              log=log, log_k=args.k, session=session, index_id=getattr(retriever, "manifest_id", None))
-        rec_s = time.perf_counter() - t0
+                              log=log, log_k=args.k, session=session, index_id=getattr(retriever, "manifest_id", None),
+                              after_batch=time_some)
+        rec_s = time.perf_counter() - t0 - lat_s[0]
         new = len(records) - before
         run_info = {"records_new": new, "records_seconds": rec_s,
                     "questions_per_hour": 3600.0 * new / rec_s if new and rec_s > 0 else None}
         never = {r["id"]: r["never"]["answer"] for r in records}
-        timed = [it for it in latency_items(items, args.latency_sample, args.seed) if it.id in never]
+        timed = [it for it in items if it.id in timed_ids and it.id in never]
         t0 = time.perf_counter()
-        run_latency(bb, retriever, timed, never, s, out, _bar(f"{name} latency", args.quiet))
-        run_info["latency_seconds"] = time.perf_counter() - t0
+        run_latency(bb, retriever, timed, never, s, out)  # any left over from an earlier cut-short run
+        run_info["latency_seconds"] = lat_s[0] + time.perf_counter() - t0
     records = read_jsonl(out / "records.jsonl")
     latency = {r["id"]: r for r in read_jsonl(out / "latency.jsonl")}
     config = {"dataset": name, "n_items": len(items), "args": {k: v for k, v in vars(args).items()},
-              "settings": asdict(s), "versions": _versions(), "model": getattr(bb, "model_id", args.model),
+              "settings": asdict(s), "versions": _versions(), "model": bb.model_id if bb is not None else (args.model or "smollm2-135m"),
               "index": str(args.index), "run": run_info,
               "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
     prev = out / "config.json"
-    if prev.is_file() and args.report_only:
-        config["run"] = json.loads(prev.read_text()).get("run", {})
+    if prev.is_file() and args.report_only:  # keep the settings the records were made with
+        old = json.loads(prev.read_text())
+        config = {**old, "report_date": config["date"], "versions": config["versions"]}
     elif prev.is_file():
         old = json.loads(prev.read_text()).get("runs", [])
         config["runs"] = old + [run_info]
@@ -171,17 +188,9 @@ def run(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    from targ_mlx.errors import TargError
-    from targ_mlx.index.errors import IndexError_
+    from targ_mlx.errors import run_main
 
-    try:
-        return run(args)
-    except (TargError, IndexError_, ValueError, FileNotFoundError, ImportError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted; rerun the same command to continue", file=sys.stderr)
-        return 130
+    return run_main(run, args, interrupted="interrupted; rerun the same command to continue")
 
 
 if __name__ == "__main__":

@@ -82,15 +82,19 @@ def _text(bb: Backbone, toks: Sequence[int], cap: int) -> tuple[str, int]:
     return bb.tokenizer.decode(ids).strip(), len(ids)
 
 
-def record_batch(bb: Backbone, retriever, items: Sequence[QAItem], s: RecordSettings, batch_no: int = 0
-                 ) -> list[QuestionRecord]:
-    """Run the whole one-pass record for `items` together (see the module docstring)."""
+def record_batch(bb: Backbone, retriever, items: Sequence[QAItem], s: RecordSettings, batch_no: int = 0,
+                 found: Sequence[Sequence] | None = None) -> list[QuestionRecord]:
+    """Run the whole one-pass record for `items` together (see the module docstring).
+
+    `found` (top-K passages per item) may come from one earlier search_batch over many questions.
+    """
     tok = bb.tokenizer
     qs = [it.question.strip() for it in items]
     cost = dict(retrieval=0.0, draft=0.0, always=0.0, probes=0.0)
 
     t0 = time.perf_counter()
-    found = retriever.search_batch(qs, s.top_k)
+    if found is None:
+        found = retriever.search_batch(qs, s.top_k)
     packed = []
     for q, hits in zip(qs, found):
         base = len(tok.chat_ids(prompts.messages(q, " ", s.prompt_style)))

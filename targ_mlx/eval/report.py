@@ -103,6 +103,12 @@ def write_all(name: str, records: Sequence[dict], latency: dict, out: Path, k: i
     if run.get("questions_per_hour"):
         lines += [f"Record throughput: {run['questions_per_hour']:.0f} questions/hour "
                   f"({run['records_new']} new records in {run['records_seconds']:.0f} s).", ""]
+    stages = ("retrieval", "draft", "always", "probes")
+    per = {st_: float(np.mean([r.get("cost", {}).get(st_, 0.0) for r in records])) for st_ in stages}
+    tot = sum(per.values())
+    if tot > 0:
+        lines += [f"Record pass, batched, seconds per question by stage: " + ", ".join(f"{k_} {v:.2f}" for k_, v in per.items())
+                  + f"; total {tot:.2f} s/q = {3600 / tot:.0f} questions/hour of model time.", ""]
     lines += ["## Table 1 layout (per gate: best EM at a retrieval rate in 5–30%)", "", HEADER, _row(never), _row(always)]
     for g in SCORED_GATES:
         p = chosen[g]

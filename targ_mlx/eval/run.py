@@ -10,6 +10,7 @@ import json
 import logging
 import math
 import random
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Sequence
@@ -55,7 +56,8 @@ def _repair(path: Path, rows: list[dict]) -> None:
 
 def run_records(bb, retriever, items: Sequence[QAItem], s: RecordSettings, out_dir: Path, batch_size: int = DEFAULT_BATCH,
                 progress: Callable[[int, int], None] | None = None, log=None, log_k: int = 20,
-                session: str | None = None, index_id: str | None = None) -> list[dict]:
+                session: str | None = None, index_id: str | None = None,
+                after_batch: Callable[[list[dict]], None] | None = None) -> list[dict]:
     """Records for `items`, skipping ids already in out_dir/records.jsonl; returns all rows in item order.
 
     Batches are fixed slices of `items` (by position), so a resumed run forms the same batches
@@ -68,11 +70,19 @@ def run_records(bb, retriever, items: Sequence[QAItem], s: RecordSettings, out_d
     total = len(items)
     if progress:
         progress(sum(it.id in done for it in items), total)
+    pending = [it for it in items if it.id not in done]
+    # one search_batch for every pending question: the encoder is fastest on many short queries
+    t0 = time.perf_counter()
+    hits = dict(zip((it.id for it in pending), retriever.search_batch([it.question.strip() for it in pending], s.top_k)
+                    if pending else []))
+    search_share = (time.perf_counter() - t0) / max(len(pending), 1)
     for b in range(math.ceil(total / batch_size)):
         chunk = [it for it in items[b * batch_size : (b + 1) * batch_size] if it.id not in done]
         if not chunk:
             continue
-        recs = record_batch(bb, retriever, chunk, s, batch_no=b)
+        recs = record_batch(bb, retriever, chunk, s, batch_no=b, found=[hits[it.id] for it in chunk])
+        for r in recs:
+            r.cost["retrieval"] += search_share
         rows = [r.to_dict() for r in recs]
         _append(path, rows)
         if log is not None:
@@ -80,6 +90,8 @@ def run_records(bb, retriever, items: Sequence[QAItem], s: RecordSettings, out_d
                 log_record(log, r, bb.model_id, s, log_k, session, index_id)
         have += rows
         done.update(r["id"] for r in rows)
+        if after_batch:
+            after_batch(rows)
         if progress:
             progress(sum(it.id in done for it in items), total)
     by_id = {r["id"]: r for r in have}

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from targ_mlx.errors import TargError
 
-class IndexError_(Exception):
+
+class IndexError_(TargError):
     """Base of every error raised by `targ_mlx.index` (trailing _ avoids the builtin IndexError)."""
 
 

@@ -1,0 +1,54 @@
+"""Batched multi-question decoding against the batch-1 draft, with the real SmolLM2."""
+
+import json
+
+import mlx.core as mx
+import pytest
+
+from targ_mlx import batch, prompts
+from targ_mlx.draft import draft, generate
+from tests.conftest import SHARED_DATA
+
+pytestmark = pytest.mark.slow
+
+
+def _questions(n):
+    with open(SHARED_DATA / "qa" / "nq_open_dev.jsonl", encoding="utf-8") as f:
+        return [json.loads(line)["question"] for _, line in zip(range(n), f)]
+
+
+def test_batched_greedy_matches_batch1_draft(backbone):
+    """Left-padded prompts of different lengths give the batch-1 greedy tokens and statistics."""
+    ids = [backbone.tokenizer.chat_ids(prompts.messages(q, None, "short")) for q in _questions(3)]
+    assert len({len(i) for i in ids}) > 1  # really different lengths, so padding is exercised
+    g, samples = batch.draft_batch(backbone, ids, k=6, n_samples=2, max_greedy=6, seed=1)
+    agree = 0
+    for i, p in enumerate(ids):
+        d = draft(backbone, p, 6)
+        agree += d.tokens == g.tokens[i]
+        n = min(len(d.gaps), len(g.gaps[i]))
+        assert g.entropies[i][:n] == pytest.approx(d.entropies[:n], abs=1e-3)
+        assert g.gaps[i][:n] == pytest.approx(d.gaps[:n], abs=1e-3)
+        assert len(samples[i]) == 2 and all(1 <= len(s) <= 6 for s in samples[i])
+    assert agree == len(ids)  # tiny float differences could flip a near-tie; none here
+
+
+def test_greedy_batch_matches_generate_and_stops_at_eos(backbone):
+    ids = [backbone.tokenizer.chat_ids(prompts.messages(q, None, "short")) for q in _questions(2)]
+    out = batch.greedy_batch(backbone, ids, 5)
+    for p, toks in zip(ids, out.tokens):
+        ref, _, _ = generate(backbone, p, 5)
+        assert toks == ref
+        eos = [t for t in toks if t in backbone.tokenizer.eos_ids]
+        assert not eos or toks[-1] in backbone.tokenizer.eos_ids  # nothing after EOS
+
+
+def test_yes_no_logprobs_are_normalised(backbone):
+    lp = batch.last_logprobs(backbone, [[1, 2, 3], [4, 5]])
+    assert lp.shape[0] == 2
+    assert mx.allclose(mx.logsumexp(lp, axis=-1), mx.zeros(2), atol=1e-4).item()
+
+
+def test_prefill_batch_rejects_empty(backbone):
+    with pytest.raises(ValueError, match="non-empty"):
+        batch.prefill_batch(backbone, [[1, 2], []])
