@@ -38,22 +38,21 @@ class DraftSignals:
 
 
 def step_entropy(logits: mx.array) -> mx.array:
-    """Entropy of softmax(logits) along the last axis, computed stably from logprobs."""
-    logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-    return -mx.sum(mx.exp(logprobs) * logprobs, axis=-1)
+    """Entropy of softmax(logits) along the last axis.
+
+    H = log Z - E_p[l - max l], with one exp pass: MLX's CPU exp is scalar (~1.8 ms per
+    49k-token row here), so the logsumexp-then-exp form cost twice as much per draft step.
+    """
+    shifted = logits - mx.max(logits, axis=-1, keepdims=True)
+    e = mx.exp(shifted)
+    z = mx.sum(e, axis=-1)
+    return mx.log(z) - mx.sum(e * shifted, axis=-1) / z
 
 
 def step_gap(logits: mx.array) -> mx.array:
-    """Top-1 minus top-2 logit along the last axis.
-
-    Masks the argmax and takes the max again: two reductions that mx.compile fuses, cheaper
-    on CPU than a partial sort (mx.topk) over a 49k-token vocabulary.
-    """
-    top1 = mx.max(logits, axis=-1, keepdims=True)
-    first = mx.argmax(logits, axis=-1, keepdims=True)
-    idx = mx.arange(logits.shape[-1])
-    top2 = mx.max(mx.where(idx == first, -mx.inf, logits), axis=-1, keepdims=True)
-    return (top1 - top2)[..., 0]
+    """Top-1 minus top-2 logit along the last axis (mx.topk does not sort its output)."""
+    top2 = mx.topk(logits, 2, axis=-1)
+    return mx.max(top2, axis=-1) - mx.min(top2, axis=-1)
 
 
 @mx.compile
