@@ -13,29 +13,34 @@ from targ_mlx.gates import GATES
 logger = logging.getLogger(__name__)
 
 
+def add_common_args(p: argparse.ArgumentParser) -> None:
+    """Flags shared by `targ ask` and the chat app (`targ-chat`); None means "from config"."""
+    p.add_argument("--model", help="alias (smollm2-135m, the offline default), .gguf path, MLX folder or mlx-lm repo id")
+    p.add_argument("--index", help="index folder (default: the offline default index, built on first use)")
+    p.add_argument("--db", help="decision log (default: decisions.db under the user data dir)")
+    p.add_argument("--config", help="config TOML (default: config.toml under the user config dir)")
+    p.add_argument("--gate", choices=GATES, help="gate (default from config: margin)")
+    p.add_argument("--tau", type=float, help="retrieve iff U > tau (default: calibrated value from config, else a placeholder)")
+    p.add_argument("--k", type=int, help="draft length in tokens (default 20)")
+    p.add_argument("--max-tokens", type=int, help="answer length cap (default 32)")
+
+
 def setup_arg_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="targ", description="TARG: answer with a local LLM, retrieving only when unsure.")
     sub = parser.add_subparsers(dest="command", required=True)
     ask = sub.add_parser("ask", help="answer one question")
     ask.add_argument("question", help="the question (quote it)")
-    ask.add_argument("--model", help="alias (smollm2-135m, the offline default), .gguf path, MLX folder or mlx-lm repo id")
-    ask.add_argument("--gate", choices=GATES, help="gate (default from config: margin)")
-    ask.add_argument("--tau", type=float, help="retrieve iff U > tau (default: calibrated value from config, else a placeholder)")
-    ask.add_argument("--k", type=int, help="draft length in tokens (default 20)")
+    add_common_args(ask)
     ask.add_argument("--beta", type=float, help="margin link temperature (default 3)")
     ask.add_argument("--n-samples", type=int, help="variance gate: sampled prefixes (default 5)")
     ask.add_argument("--temp", type=float, help="variance gate: sampling temperature (default 0.7)")
     ask.add_argument("--seed", type=int, default=0, help="variance gate: RNG seed (default 0)")
     ask.add_argument("--top-k", type=int, help="passages to retrieve (default 5)")
     ask.add_argument("--context-tokens", type=int, help="context budget L_ctx in tokens (default 1024)")
-    ask.add_argument("--max-tokens", type=int, help="answer length cap (default 32)")
     ask.add_argument("--recheck-every", type=int, default=0, help="re-check the gate every m tokens (default 0: off)")
     ask.add_argument("--prompt", choices=("paper", "short"), default="paper",
                      help="paper: the paper's system prompt; short: few-shot short answers (default paper)")
-    ask.add_argument("--index", help="index folder (default: the offline default index, built on first use)")
-    ask.add_argument("--db", help="decision log file (default: under the user data dir)")
     ask.add_argument("--no-log", action="store_true", help="do not write the decision log")
-    ask.add_argument("--config", help="config TOML (default: under the user config dir)")
     ask.add_argument("--json", action="store_true", help="print the result record as one JSON object")
     return parser
 

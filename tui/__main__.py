@@ -7,20 +7,14 @@ import logging
 import sys
 from pathlib import Path
 
+from targ_mlx.cli import add_common_args
 from targ_mlx.gates import GATES
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="targ-chat", description="Chat with a local LLM that retrieves only when unsure; "
                                 "every decision is shown and logged.")
-    p.add_argument("--model", help="alias (smollm2-135m, the offline default), .gguf path, MLX folder or mlx-lm repo id")
-    p.add_argument("--index", help="index folder (default: the offline default index, built on first run)")
-    p.add_argument("--db", help="decision log and chat history (default: decisions.db under the user data dir)")
-    p.add_argument("--config", help="config TOML (default: config.toml under the user config dir)")
-    p.add_argument("--gate", choices=GATES, help="gate (default from config: margin)")
-    p.add_argument("--tau", type=float, help="retrieve iff U > tau (default: calibrated value from config)")
-    p.add_argument("--k", type=int, help="draft length in tokens (default 20)")
-    p.add_argument("--max-tokens", type=int, help="answer length cap (default 32)")
+    add_common_args(p)
     p.add_argument("--new", action="store_true", help="start a new chat instead of reopening the latest one")
     return p
 
