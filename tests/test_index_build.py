@@ -140,3 +140,11 @@ def test_expansion_search_is_a_serving_setting(tmp_path, small_index_dir, small_
     assert open_retriever(copy, expansion_search=300).index.expansion_search == 300
     r = open_retriever(small_index_dir)
     assert r.index.expansion_search == r.manifest["hnsw"]["expansion_search"]
+
+
+def test_same_corpus_gives_a_byte_identical_graph(tmp_path, small_index_corpus):
+    # small graphs are built on one thread: usearch's parallel insert sometimes strands a node
+    corpus = tmp_path / "part.jsonl"
+    corpus.write_text("".join(small_index_corpus.read_text().splitlines(keepends=True)[:30]))
+    a, b = build_index([str(corpus)], tmp_path / "a"), build_index([str(corpus)], tmp_path / "b")
+    assert (a / "vectors.usearch").read_bytes() == (b / "vectors.usearch").read_bytes()
