@@ -131,7 +131,11 @@ def _local(tag: str) -> str:
 
 
 def read_xml_dump(path: Path) -> Iterator[Article]:
-    """Main-namespace articles of a MediaWiki XML dump, streamed; redirects and disambiguations skipped."""
+    """Main-namespace articles of a MediaWiki XML dump, streamed; redirects and disambiguations skipped.
+
+    Memory stays flat over the whole dump: iterparse builds a tree, and every finished <page>
+    stays a child of the root <mediawiki> unless removed, so each page is detached once read.
+    """
     from targ_mlx.index.wikitext import clean_wikitext, is_disambiguation
 
     opener = bz2.open if path.suffix == ".bz2" else open
@@ -140,10 +144,13 @@ def read_xml_dump(path: Path) -> Iterator[Article]:
         page: dict[str, str] = {}
         redirect = False
         depth = 0
+        root = None
         for event, elem in ET.iterparse(f, events=("start", "end")):
             tag = _local(elem.tag)
             if event == "start":
-                if tag == "page":
+                if root is None:
+                    root = elem  # <mediawiki>: the parent every <page> is appended to
+                elif tag == "page":
                     page, redirect, depth = {}, False, 0
                 elif tag == "revision":
                     depth += 1
@@ -159,7 +166,9 @@ def read_xml_dump(path: Path) -> Iterator[Article]:
             elif tag == "revision":
                 depth -= 1
             elif tag == "page":
-                elem.clear()  # keep memory flat over a multi-GB dump
+                # Detach the page (and <siteinfo>) from the root. elem.clear() alone frees the
+                # text but leaves an empty Element per page on the root, millions in enwiki.
+                root.clear()
                 wikitext = page.get("text", "")
                 if (
                     page.get("ns") != "0"
