@@ -29,6 +29,8 @@ demo: setup
 ask: setup
 	$(BIN)/targ ask "$(Q)"
 
+# the tests also cover the Ray build (tests/test_index_ray.py), so they install the [distributed] extra
+test: EXTRAS := $(EXTRAS),distributed
 test: setup
 	$(BIN)/python -m pytest -q
 

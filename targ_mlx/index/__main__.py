@@ -8,6 +8,7 @@ import logging
 import sys
 
 from targ_mlx.index.build import DEFAULT_COMMIT_EVERY
+from targ_mlx.index.distributed import DEFAULT_SHARD_SIZE
 from targ_mlx.index.encoder import DEFAULT_BATCH_SIZE, DEFAULT_ENCODER
 from targ_mlx.index.errors import IndexError_
 from targ_mlx.index.progress import ProgressBar
@@ -40,6 +41,16 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     b.add_argument("--reuse", nargs="+", default=[], metavar="DIR",
                    help="finished indexes (same encoder) to take vectors from for identical chunks")
     b.add_argument("--quiet", action="store_true", help="no progress bar")
+    r = b.add_argument_group("distributed build (pip install 'targ-mlx[distributed]')")
+    r.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
+                   help="build on Ray as a sharded index: alone, on a local Ray started for the build; "
+                        "with an address ('auto', 'ray://HOST:10001'), on that cluster")
+    r.add_argument("--shard-size", type=int, default=DEFAULT_SHARD_SIZE,
+                   help=f"chunks per shard of a --ray build (default: {DEFAULT_SHARD_SIZE:,})")
+    r.add_argument("--workers", type=int,
+                   help="encoder actors (default: one per GPU with --gpus-per-worker, else one per --cpus-per-worker CPUs)")
+    r.add_argument("--cpus-per-worker", type=float, default=1, help="CPUs per encoder actor (default: 1)")
+    r.add_argument("--gpus-per-worker", type=float, default=0, help="GPUs per encoder actor (default: 0)")
 
     i = sub.add_parser("info", help="print an index's manifest summary")
     i.add_argument("dir")
@@ -58,12 +69,30 @@ def setup_arg_parser() -> argparse.ArgumentParser:
 def _build(args) -> None:
     from targ_mlx.index.build import build_index
 
+    if args.ray is not None:
+        _build_ray(args)
+        return
     out = build_index(
         args.corpus, args.out, encoder=args.encoder, dtype=args.dtype, limit=args.limit,
         connectivity=args.connectivity, expansion_add=args.expansion_add,
         expansion_search=args.expansion_search, batch_size=args.batch_size, commit_every=args.commit_every,
         reuse=args.reuse,
         progress=None if args.quiet else ProgressBar(),
+    )
+    _info(out, verify=False, as_json=False)
+
+
+def _build_ray(args) -> None:
+    from targ_mlx.index.distributed import build_index_ray
+
+    if args.reuse:
+        raise ValueError("--reuse is not supported with --ray; fix: drop one of them")
+    out = build_index_ray(
+        args.corpus, args.out, address=None if args.ray == "local" else args.ray, shard_size=args.shard_size,
+        workers=args.workers, cpus_per_worker=args.cpus_per_worker, gpus_per_worker=args.gpus_per_worker,
+        encoder=args.encoder, dtype=args.dtype, limit=args.limit, connectivity=args.connectivity,
+        expansion_add=args.expansion_add, expansion_search=args.expansion_search, batch_size=args.batch_size,
+        commit_every=args.commit_every, progress=None if args.quiet else ProgressBar(),
     )
     _info(out, verify=False, as_json=False)
 

@@ -65,10 +65,15 @@ def _countable(spec: str) -> bool:
     return spec == "vital-articles" or spec.lower().endswith((".jsonl", ".ndjson"))
 
 
+def _corpus_spec(c) -> str:
+    # a file is recorded by absolute path, so the same build resumes from any working directory
+    return str(Path(c).resolve()) if Path(c).exists() else str(c)
+
+
 def _build_spec(corpora, encoder, dtype, limit, params: ChunkParams, hnsw: HnswParams) -> dict:
     return {
         "format": FORMAT_VERSION,
-        "corpora": [str(c) for c in corpora],
+        "corpora": [_corpus_spec(c) for c in corpora],
         "encoder": encoder,
         "dtype": dtype,
         "limit": limit,
@@ -82,7 +87,8 @@ def _same_build(a: dict, b: dict) -> bool:
     """Equal build arguments, ignoring expansion_search (a serving setting, not part of the graph)."""
 
     def strip(spec: dict) -> dict:
-        return {**spec, "hnsw": {k: v for k, v in spec["hnsw"].items() if k != "expansion_search"}}
+        return {**spec, "corpora": [_corpus_spec(c) for c in spec["corpora"]],
+                "hnsw": {k: v for k, v in spec["hnsw"].items() if k != "expansion_search"}}
 
     return strip(a) == strip(b)
 
@@ -190,7 +196,7 @@ def build_index(
     source = VectorSource(reuse, name, enc.dims) if reuse else None
     _encode_all(db, enc, spec, chunking, progress, commit_every, source)
     index_s = _build_hnsw(db, part, enc.dims, dtype, hnsw)
-    _finish(db, part, out, spec, enc, hnsw, started, index_s)
+    _finish(db, part, out, spec, enc.describe(), started, index_s)
     return out
 
 
@@ -266,7 +272,7 @@ def _build_hnsw(db, part: Path, dims: int, dtype: str, hnsw: HnswParams) -> floa
     return time.perf_counter() - t0
 
 
-def _finish(db, part: Path, out: Path, spec: dict, enc: Encoder, hnsw: HnswParams, started: float,
+def _finish(db, part: Path, out: Path, spec: dict, encoder_info: dict, started: float,
             index_s: float) -> None:
     state = db["state"].get(1)
     sources = db.execute(
@@ -279,7 +285,7 @@ def _finish(db, part: Path, out: Path, spec: dict, enc: Encoder, hnsw: HnswParam
     manifest = {
         "format": FORMAT_VERSION,
         "build": spec,
-        "encoder": enc.describe(),
+        "encoder": encoder_info,
         "dtype": spec["dtype"],
         "metric": METRIC,
         "normalised": True,
@@ -297,5 +303,5 @@ def _finish(db, part: Path, out: Path, spec: dict, enc: Encoder, hnsw: HnswParam
     if out.exists() and not any(out.iterdir()):
         out.rmdir()
     os.replace(part, out)  # atomic on one filesystem: DIR appears complete or not at all
-    (out / BUILD_STATE).unlink()
+    (out / BUILD_STATE).unlink(missing_ok=True)  # shards of a Ray build have none
     logger.info("built %s: %d passages", out, passages)

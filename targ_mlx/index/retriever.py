@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
@@ -25,6 +25,9 @@ from targ_mlx.index.store import (
     verify_files,
 )
 from targ_mlx.retrieval import Passage
+
+if TYPE_CHECKING:
+    from targ_mlx.index.sharded import ShardedRetriever
 
 
 class IndexRetriever:
@@ -98,8 +101,9 @@ class IndexRetriever:
 def open_retriever(
     path: Path | str, encoder: Encoder | str | None = None, verify: bool = False,
     expansion_search: int | None = None,
-) -> IndexRetriever:
-    """Open a built index for searching (vectors memory-mapped, not loaded).
+) -> "IndexRetriever | ShardedRetriever":
+    """Open a built index for searching (vectors memory-mapped, not loaded); a sharded index
+    (built with `--ray`) opens as one `ShardedRetriever` over its shards.
 
     Args:
         path: the index folder.
@@ -126,6 +130,11 @@ def open_retriever(
         encoder.check_matches(manifest, str(path))
     elif isinstance(encoder, str):
         encoder = None  # same model as the manifest's: loaded lazily on first search
+    if "shards" in manifest:  # built on Ray (distributed.py): one graph and store per shard
+        from targ_mlx.index.sharded import ShardedRetriever
+
+        shards = [open_retriever(path / s, expansion_search=expansion_search) for s in manifest["shards"]]
+        return ShardedRetriever(path, manifest, shards, encoder)
     try:
         index = Index.restore(str(path / VECTORS), view=True)
     except Exception as e:  # usearch raises bare RuntimeError/ValueError for unreadable files

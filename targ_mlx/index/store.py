@@ -48,6 +48,8 @@ def rebuild_command(build: dict, out: Path) -> str:
     parts += ["--encoder", build["encoder"], "--dtype", build["dtype"]]
     if build.get("limit"):
         parts += ["--limit", str(build["limit"])]
+    if build.get("shard_size"):
+        parts += ["--ray", "--shard-size", str(build["shard_size"])]
     return shlex.join(parts)
 
 
@@ -147,6 +149,7 @@ class IndexInfo:
     articles: int
     corpora: list
     bytes: int
+    shards: int  # 1 for a single-process build; a Ray build's shards are searched together
 
     @classmethod
     def of(cls, path: Path, manifest: dict) -> "IndexInfo":
@@ -160,6 +163,7 @@ class IndexInfo:
             manifest["counts"]["articles"],
             manifest["build"]["corpora"],
             sum(f["bytes"] for f in manifest["files"].values()),
+            len(manifest.get("shards", ())) or 1,
         )
 
     def to_dict(self) -> dict:
