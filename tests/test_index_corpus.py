@@ -180,6 +180,66 @@ def test_clean_wikitext_keeps_link_text():
     assert clean_wikitext("A [[B|c]] and [[D]].<ref>x</ref>") == "A c and D."
 
 
+def test_clean_wikitext_nested_markup():
+    """Templates nested in a table nested in prose, refs holding templates, a file caption holding
+    links (and an external link: `]]]`), <math> holding braces, tail sections: all gone, prose kept."""
+    text = r"""{{Infobox town|name={{lang|fr|Ville}}|pop={{formatnum:{{#expr:2*3}}}}}}
+'''Ville''' is a [[town]] in [[France|northern France]].<ref name="a">{{cite web|title=[[x]]|url=http://e.org}}</ref>
+{| class="wikitable"
+! Year !! {{abbr|Pop.|Population}}
+|-
+| {{flagicon|{{country|FR}}}} || {| class="inner"
+| nested {{x}}
+|}
+|}
+It lies on the [[Seine]].<ref>Plain.</ref> [[File:V.jpg|thumb|The [[Seine]] at [http://e.org dawn]]] Its area is <math>\frac{{a}}{b}</math> big.
+{{foo
+|a=1
+|}}
+== History<!-- {{hidden}} --> ==
+Founded {{circa|1200}} by [[monks]].
+
+== See also ==
+* [[Town]]
+=== More ===
+* [[City]]
+
+== Later ==
+Still here.<ref>unclosed, but the prose after it stays
+[[Category:Towns]]
+[[fr:Ville]]
+"""
+    assert clean_wikitext(text) == (
+        "Ville is a town in northern France.\n\nIt lies on the Seine. Its area is big.\n\n"
+        "Founded by monks.\n\nStill here.unclosed, but the prose after it stays")
+
+
+def test_clean_wikitext_time_is_linear_in_length():
+    """Twice the article, about twice the time. Removing nodes from the mwparserfromhell tree one
+    by one made it quadratic (5.3x here for 2x the length); a ratio, so the machine's speed
+    doesn't matter, and a loose bound, for a shared CI machine."""
+    import time
+
+    def section(i):
+        return (f"\n== Part {i} ==\n'''Town {i}''' is a [[town]] in [[Place {i}|a place]] of "
+                f"{{{{convert|{i}|km|mi}}}} by the [[river]].<ref>{{{{cite web|url=http://e.org/{i}}}}}</ref> "
+                f"It has ''{i}'' people.<ref name=\"p{i}\" />\n{{| class=\"wikitable\"\n! Year !! Pop\n|-\n"
+                f"| {{{{yr|{i}}}}} || [[x|{i}]]\n|}}\n[[File:T{i}.jpg|thumb|The [[town]] {i}]]\n")
+
+    def seconds(n):
+        text = "".join(section(i) for i in range(n)) + "[[Category:Towns]]\n"
+        assert len(clean_wikitext(text)) > 60 * n  # the prose of every section is there
+        best = float("inf")
+        for _ in range(5):
+            t0 = time.perf_counter()
+            clean_wikitext(text)
+            best = min(best, time.perf_counter() - t0)
+        return best
+
+    one, two = seconds(150), seconds(300)  # ~47 KB and ~94 KB of wikitext
+    assert two / one < 4, f"2x the length took {two / one:.1f}x the time ({one:.3f} s -> {two:.3f} s)"
+
+
 def test_parquet_reader(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
