@@ -104,3 +104,15 @@ def test_cli_flags():
     args = setup_arg_parser().parse_args(["build", "--corpus", "x.jsonl", "--out", "o", "--ray", "auto",
                                           "--gpus-per-worker", "1"])
     assert args.ray == "auto" and args.gpus_per_worker == 1
+
+
+def test_single_process_build_reuses_a_sharded_index(ray_index, small_index_corpus, tmp_path):
+    from targ_mlx.index import build_index
+
+    out = build_index([str(small_index_corpus)], tmp_path / "reused", limit=20, reuse=[ray_index])
+    r, sharded = open_retriever(out), open_retriever(ray_index)
+    keys = sorted(_keys(out))
+    assert keys and _keys(out) <= _all_keys(ray_index)
+    assert r.passages(keys) == sharded.passages(keys)
+    q = sharded.encoder.encode_queries(["who won the first Nobel Prize in Physics"])
+    assert r.search_vectors(q, k=3)[0][0].key in {p.key for p in sharded.search_vectors(q, k=5)[0]}

@@ -25,6 +25,15 @@ def _in(keys: Sequence[int]) -> str:
     return ",".join("?" * len(keys))
 
 
+def _expand_shards(dirs) -> list[Path]:
+    """A sharded index (built with --ray) lends the vectors of each of its shards."""
+    out = []
+    for d in dirs:
+        shards = read_manifest(d).get("shards", []) if (d / MANIFEST).is_file() else []
+        out += [d / s for s in shards] or [d]
+    return out
+
+
 class VectorSource:
     """Stored vectors of other indexes, looked up by chunk key and checked against the text."""
 
@@ -32,7 +41,7 @@ class VectorSource:
         from usearch.index import Index
 
         self.parts: list[tuple[object, sqlite3.Connection]] = []
-        for d in map(Path, dirs):
+        for d in _expand_shards(map(Path, dirs)):
             if (d / MANIFEST).is_file():
                 m = read_manifest(d)
                 verify_files(d, m)
