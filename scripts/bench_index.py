@@ -234,8 +234,8 @@ SECTION = "## Index (scripts/bench_index.py)"
 def render(real: dict | None, scale: dict | None, real_cmd: str, scale_cmd: str) -> str:
     """The BENCHMARKS.md section from the JSON results."""
     lines = [SECTION, "", "Targets: recall@5 >= 0.99 (real) and >= 0.97 (1M); p50 search <= 0.5 ms at 1M (no "
-             "encoding); open <= 50 ms with view at any size. The machine is shared: load averages of 8-18 "
-             "on 2 cores during these runs, so times are upper bounds; recall figures are not affected.", ""]
+             "encoding); open <= 50 ms with view at any size. The machine is shared (2 cores, other jobs beside "
+             "most runs), so times are upper bounds; recall figures are not affected.", ""]
     if not real:
         lines += [f"**Real index**: not measured yet; run `{real_cmd}` once index/vital-pool-minilm is built.", ""]
     if real:
