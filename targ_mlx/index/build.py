@@ -272,6 +272,26 @@ def _build_hnsw(db, part: Path, dims: int, dtype: str, hnsw: HnswParams) -> floa
     return time.perf_counter() - t0
 
 
+def manifest_for(spec: dict, encoder_info: dict, corpora: list, counts: dict, timing: dict, files: dict,
+                 **extra) -> dict:
+    """An index folder's manifest.json (single-process builds, Ray shards and their union)."""
+    return {
+        "format": FORMAT_VERSION, "build": spec, "encoder": encoder_info, "dtype": spec["dtype"],
+        "metric": METRIC, "normalised": True, "hnsw": spec["hnsw"], "chunking": spec["chunking"],
+        "corpora": corpora, "counts": counts, "timing": timing, **extra,
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "files": files,
+    }
+
+
+def publish(part: Path, out: Path, manifest: dict) -> None:
+    """Write the manifest into DIR.partial and rename it to DIR."""
+    write_json_atomic(part / MANIFEST, manifest)
+    if out.exists() and not any(out.iterdir()):
+        out.rmdir()
+    os.replace(part, out)  # atomic on one filesystem: DIR appears complete or not at all
+    (out / BUILD_STATE).unlink(missing_ok=True)  # shards of a Ray build have none
+
+
 def _finish(db, part: Path, out: Path, spec: dict, encoder_info: dict, started: float,
             index_s: float) -> None:
     state = db["state"].get(1)
@@ -282,26 +302,13 @@ def _finish(db, part: Path, out: Path, spec: dict, encoder_info: dict, started: 
     db.execute("PRAGMA journal_mode=DELETE")  # fold the WAL back: the index is one read-only file
     db.vacuum()
     db.close()
-    manifest = {
-        "format": FORMAT_VERSION,
-        "build": spec,
-        "encoder": encoder_info,
-        "dtype": spec["dtype"],
-        "metric": METRIC,
-        "normalised": True,
-        "hnsw": spec["hnsw"],
-        "chunking": spec["chunking"],
-        "corpora": [{"source": s, "passages": n, "articles": a} for s, n, a in sources],
-        "counts": {"passages": passages, "articles": sum(r[2] for r in sources),
-                   "chunks_read": state["consumed"]},
-        "timing": {"encode_s": round(state["encode_s"], 2), "index_s": round(index_s, 2),
-                   "wall_s_last_run": round(time.time() - started, 2)},
-        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "files": describe_files(part),
-    }
-    write_json_atomic(part / MANIFEST, manifest)
-    if out.exists() and not any(out.iterdir()):
-        out.rmdir()
-    os.replace(part, out)  # atomic on one filesystem: DIR appears complete or not at all
-    (out / BUILD_STATE).unlink(missing_ok=True)  # shards of a Ray build have none
+    manifest = manifest_for(
+        spec, encoder_info,
+        corpora=[{"source": s, "passages": n, "articles": a} for s, n, a in sources],
+        counts={"passages": passages, "articles": sum(r[2] for r in sources), "chunks_read": state["consumed"]},
+        timing={"encode_s": round(state["encode_s"], 2), "index_s": round(index_s, 2),
+                "wall_s_last_run": round(time.time() - started, 2)},
+        files=describe_files(part),
+    )
+    publish(part, out, manifest)
     logger.info("built %s: %d passages", out, passages)

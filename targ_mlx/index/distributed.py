@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import shutil
 import sqlite3
 import time
@@ -40,6 +39,8 @@ from targ_mlx.index.build import (
     _finish,
     _open_db,
     _open_partial,
+    manifest_for,
+    publish,
     _same_build,
     iter_chunks,
 )
@@ -48,16 +49,12 @@ from targ_mlx.index.corpus import read_corpus
 from targ_mlx.index.encoder import DEFAULT_BATCH_SIZE, DEFAULT_ENCODER, canonical_name, load_encoder
 from targ_mlx.index.errors import IndexError_, IndexMismatchError
 from targ_mlx.index.store import (
-    BUILD_STATE,
     DTYPES,
-    FORMAT_VERSION,
     MANIFEST,
-    METRIC,
     PASSAGES,
     HnswParams,
     read_manifest,
     rebuild_command,
-    write_json_atomic,
 )
 
 logger = logging.getLogger(__name__)
@@ -381,29 +378,15 @@ def _finish_sharded(part: Path, out: Path, spec: dict, encoder_info: dict, start
         raise IndexError_(f"{shards} holds unfinished shards {leftovers[:3]}; fix: run the same build again")
     manifests = [read_manifest(shards / n) for n in names]
     per_source, counts = _union_counts(shards, names)
-    manifest = {
-        "format": FORMAT_VERSION,
-        "build": spec,
-        "encoder": encoder_info,
-        "dtype": spec["dtype"],
-        "metric": METRIC,
-        "normalised": True,
-        "hnsw": spec["hnsw"],
-        "chunking": spec["chunking"],
-        "corpora": per_source,
-        "counts": {**counts, "chunks_read": sum(m["counts"]["chunks_read"] for m in manifests),
-                   "shards": len(names)},
-        "shards": [f"{SHARDS}/{n}" for n in names],
+    manifest = manifest_for(
+        spec, encoder_info, corpora=per_source,
+        counts={**counts, "chunks_read": sum(m["counts"]["chunks_read"] for m in manifests), "shards": len(names)},
         # encode_s adds the workers' seconds: with W workers the wall time is about encode_s / W
-        "timing": {"encode_s": round(sum(m["timing"]["encode_s"] for m in manifests), 2),
-                   "index_s": round(sum(m["timing"]["index_s"] for m in manifests), 2),
-                   "wall_s_last_run": round(time.time() - started, 2)},
-        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "files": {f"{SHARDS}/{n}/{f}": desc for n, m in zip(names, manifests) for f, desc in m["files"].items()},
-    }
-    write_json_atomic(part / MANIFEST, manifest)
-    if out.exists() and not any(out.iterdir()):
-        out.rmdir()
-    os.replace(part, out)
-    (out / BUILD_STATE).unlink(missing_ok=True)
+        timing={"encode_s": round(sum(m["timing"]["encode_s"] for m in manifests), 2),
+                "index_s": round(sum(m["timing"]["index_s"] for m in manifests), 2),
+                "wall_s_last_run": round(time.time() - started, 2)},
+        files={f"{SHARDS}/{n}/{f}": d for n, m in zip(names, manifests) for f, d in m["files"].items()},
+        shards=[f"{SHARDS}/{n}" for n in names],
+    )
+    publish(part, out, manifest)
     logger.info("built %s: %d passages in %d shards", out, counts["passages"], len(names))

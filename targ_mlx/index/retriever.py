@@ -30,7 +30,35 @@ if TYPE_CHECKING:
     from targ_mlx.index.sharded import ShardedRetriever
 
 
-class IndexRetriever:
+class QueryEncoding:
+    """Shared by the single and the sharded retriever: the query encoder, loaded on first use
+    (once per process) and checked against the manifest, and text search over `search_vectors`."""
+
+    path: Path
+    manifest: dict
+    _encoder: Encoder | None
+
+    @property
+    def encoder(self) -> Encoder:
+        if self._encoder is None:
+            enc = load_encoder(self.manifest["encoder"]["name"])
+            enc.check_matches(self.manifest, str(self.path))
+            self._encoder = enc
+        return self._encoder
+
+    def search(self, query: str, k: int = 5) -> list[Passage]:
+        return self.search_batch([query], k)[0]
+
+    def search_batch(self, queries: Sequence[str], k: int = 5) -> list[list[Passage]]:
+        if not queries:
+            return []
+        return self.search_vectors(self.encoder.encode_queries(queries), k)
+
+    def search_vectors(self, vectors: np.ndarray, k: int = 5, exact: bool = False) -> list[list[Passage]]:
+        raise NotImplementedError
+
+
+class IndexRetriever(QueryEncoding):
     """Top-k passages from an on-disk index; thread-safe for concurrent searches."""
 
     def __init__(self, path: Path, manifest: dict, index, encoder: Encoder | None = None):
@@ -43,24 +71,8 @@ class IndexRetriever:
         uri = f"file:{(self.path / PASSAGES).resolve()}?mode=ro&immutable=1"
         self._db = sqlite3.connect(uri, uri=True, check_same_thread=False)
 
-    @property
-    def encoder(self) -> Encoder:
-        if self._encoder is None:
-            enc = load_encoder(self.manifest["encoder"]["name"])
-            enc.check_matches(self.manifest, str(self.path))
-            self._encoder = enc
-        return self._encoder
-
     def __len__(self) -> int:
         return len(self.index)
-
-    def search(self, query: str, k: int = 5) -> list[Passage]:
-        return self.search_batch([query], k)[0]
-
-    def search_batch(self, queries: Sequence[str], k: int = 5) -> list[list[Passage]]:
-        if not queries:
-            return []
-        return self.search_vectors(self.encoder.encode_queries(queries), k)
 
     def search_vectors(self, vectors: np.ndarray, k: int = 5, exact: bool = False) -> list[list[Passage]]:
         """Search with already-encoded, normalised query vectors (n, dims)."""

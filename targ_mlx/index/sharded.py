@@ -7,18 +7,18 @@ shards counts once) and only the k winners' passages are read, each from its own
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
-from targ_mlx.index.encoder import Encoder, load_encoder
+from targ_mlx.index.encoder import Encoder
+from targ_mlx.index.retriever import QueryEncoding
 from targ_mlx.index.store import manifest_id
 from targ_mlx.retrieval import Passage
 
 
-class ShardedRetriever:
+class ShardedRetriever(QueryEncoding):
     """Top-k passages over all shards of an index; thread-safe for concurrent searches."""
 
     def __init__(self, path: Path, manifest: dict, shards: list, encoder: Encoder | None = None):
@@ -27,27 +27,9 @@ class ShardedRetriever:
         self.manifest_id = manifest_id(manifest)
         self.shards = shards  # IndexRetriever per shard, in manifest order
         self._encoder = encoder
-        self._lock = threading.Lock()
-
-    @property
-    def encoder(self) -> Encoder:
-        with self._lock:
-            if self._encoder is None:
-                enc = load_encoder(self.manifest["encoder"]["name"])
-                enc.check_matches(self.manifest, str(self.path))
-                self._encoder = enc
-        return self._encoder
 
     def __len__(self) -> int:
         return int(self.manifest["counts"]["passages"])
-
-    def search(self, query: str, k: int = 5) -> list[Passage]:
-        return self.search_batch([query], k)[0]
-
-    def search_batch(self, queries: Sequence[str], k: int = 5) -> list[list[Passage]]:
-        if not queries:
-            return []
-        return self.search_vectors(self.encoder.encode_queries(queries), k)
 
     def search_vectors(self, vectors: np.ndarray, k: int = 5, exact: bool = False) -> list[list[Passage]]:
         """Search with already-encoded, normalised query vectors (n, dims)."""
