@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +17,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import make_prompt_cache
 
+from targ_mlx import native, sampling
 from targ_mlx.errors import ModelLoadError
 from targ_mlx.tokenizer import ChatTokenizer, HFTokenizer, tokenizer_from_gguf
 
@@ -43,6 +45,8 @@ class Backbone:
     context_length: int
     dtype: str
     info: dict = field(default_factory=dict)
+    engine: Any = None  # a targ_mlx.native.model.NativeLM on CPU, else None (the mlx-lm model runs)
+    _prefixes: OrderedDict = field(default_factory=OrderedDict, repr=False)
 
     @property
     def vocab_size(self) -> int:
@@ -67,11 +71,41 @@ class Backbone:
             return self.model(tokens[:, last:], cache=cache)[:, -1, :].astype(mx.float32)
         return self._head(h[:, -1:, :])[:, -1, :].astype(mx.float32)
 
+    def prefix_kv(self, ids: tuple[int, ...]) -> list[tuple[mx.array, mx.array]]:
+        """Per layer, the (keys, values) of `ids` run on their own, (1, H, P, D).
+
+        Prompts of a batch share their header (system prompt and few-shot turns); it is run once
+        and memoized for the few headers in use. On the kernels a row's keys do not depend on what
+        follows, so reusing them gives bit for bit what a full prefill gives.
+        """
+        hit = self._prefixes.get(ids)
+        if hit is None:
+            cache = self.make_cache()
+            self.prefill(list(ids), cache)
+            hit = [(c.keys[:, :, : c.offset, :], c.values[:, :, : c.offset, :]) for c in cache]
+            mx.eval(hit)
+            self._prefixes[ids] = hit
+            while len(self._prefixes) > 4:
+                self._prefixes.popitem(last=False)
+        else:
+            self._prefixes.move_to_end(ids)
+        return hit
+
     def step(self, tokens: mx.array, cache: list[Any]) -> mx.array:
         """One decode step for a batch: tokens (B,) -> logits (B, V) in float32."""
+        if self.engine is not None:
+            return self.engine(tokens[:, None], cache)[:, -1, :]
         return self.model(tokens[:, None], cache=cache)[:, -1, :].astype(mx.float32)
 
+    def select(self, logits: mx.array, inv_temp: mx.array, u: mx.array) -> tuple[mx.array, ...]:
+        """(token, entropy, gap, logprob) per row; see `targ_mlx.sampling`."""
+        if self.engine is not None:
+            return self.engine.ops.select(logits, inv_temp, u)
+        return sampling.select(logits, inv_temp, u)
+
     def _hidden(self, tokens: mx.array, cache: list[Any]) -> mx.array | None:
+        if self.engine is not None:
+            return self.engine.hidden(tokens, cache)
         inner = getattr(self.model, "model", None)
         if inner is None or not hasattr(inner, "embed_tokens"):
             self.model(tokens, cache=cache)
@@ -79,6 +113,8 @@ class Backbone:
         return inner(tokens, cache=cache)
 
     def _head(self, h: mx.array) -> mx.array:
+        if self.engine is not None:
+            return self.engine.head(h)
         if getattr(self.model, "lm_head", None) is not None and not getattr(self.model.args, "tie_word_embeddings", False):
             return self.model.lm_head(h)
         return self.model.model.embed_tokens.as_linear(h)
@@ -96,31 +132,53 @@ def alias_path(name: str) -> str:
     return path
 
 
-def load_backbone(spec: str = DEFAULT_MODEL, dtype: str = "auto") -> Backbone:
+def load_backbone(spec: str = DEFAULT_MODEL, dtype: str = "auto", kernels: bool | None = None) -> Backbone:
     """Load a model by alias, GGUF path, local MLX folder or Hugging Face repo id.
 
     Args:
         spec: "smollm2-135m" (offline default), a path to a .gguf file, a folder holding an
             MLX model, or an mlx-lm repo id such as "mlx-community/Qwen2.5-7B-Instruct-4bit".
-        dtype: for GGUF files: "auto" (float32 for small models on CPU), "float32",
-            "float16", "bfloat16" or "quantized".
+        dtype: for GGUF files: "auto" (the file's quantization under the CPU kernels, else
+            float32 for small models on CPU), "float32", "float16", "bfloat16" or "quantized".
+        kernels: run on targ_mlx's CPU kernels (`targ_mlx.native`); None means "where they
+            help": a CPU-only MLX, dtype "auto" or "quantized", and a supported architecture.
     """
     if not spec or not spec.strip():
         raise ModelLoadError("empty model spec; pass an alias (smollm2-135m), a .gguf path or an mlx-lm repo id")
+    use_kernels = (dtype in ("auto", "quantized") and native.ops() is not None) if kernels is None else kernels
+    if use_kernels and native.ops() is None:
+        raise ModelLoadError(f"the CPU kernels were requested but are unavailable: {native.status()}")
     if spec in ALIASES:
         path = alias_path(spec)
-        bb = _load_gguf_backbone(path, dtype)
+        bb = _load_gguf_backbone(path, "quantized" if use_kernels and dtype == "auto" else dtype)
         bb.model_id = spec
+    elif spec.lower().endswith(".gguf"):
+        bb = _load_gguf_backbone(spec, "quantized" if use_kernels and dtype == "auto" else dtype)
+    elif os.path.isdir(spec) or ("/" in spec and not os.path.exists(spec) and spec.count("/") == 1):
+        bb = _load_mlx_backbone(spec)
+    else:
+        bb = None
+    if bb is not None:
+        if use_kernels:
+            _attach_kernels(bb)
+        bb.info["kernels"] = "targ_mlx.native " + native.status() if bb.engine is not None else "mlx"
         return bb
-    if spec.lower().endswith(".gguf"):
-        return _load_gguf_backbone(spec, dtype)
-    if os.path.isdir(spec) or ("/" in spec and not os.path.exists(spec) and spec.count("/") == 1):
-        return _load_mlx_backbone(spec)
     known = ", ".join(ALIASES)
     raise ModelLoadError(
         f"unknown model {spec!r}: use an alias ({known}), a path to a .gguf file, an MLX model folder, "
         "or a Hugging Face repo id like mlx-community/Qwen2.5-0.5B-Instruct-4bit"
     )
+
+
+def _attach_kernels(bb: Backbone) -> None:
+    """Run `bb` on the CPU kernels when its architecture allows (else it stays on mlx-lm)."""
+    from targ_mlx.native.model import NativeLM, unsupported
+
+    why = unsupported(bb.model)
+    if why:
+        logger.warning("CPU kernels skipped for %s: %s; running the mlx-lm model", bb.model_id, why)
+        return
+    bb.engine = NativeLM.build(bb.model, native.ops())
 
 
 def _load_gguf_backbone(path: str, dtype: str) -> Backbone:

@@ -8,6 +8,7 @@ the chosen token's log-probability, computed in MLX. Nothing here knows about ga
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -15,9 +16,20 @@ import mlx.core as mx
 from mlx_lm.models.cache import BatchKVCache
 
 from targ_mlx.backbone import PREFILL_CHUNK, Backbone
-from targ_mlx.gates import step_entropy, step_gap
+from targ_mlx.sampling import uniforms
 
 PAD_ID = 0  # any valid id: padded positions are masked out of attention
+MIN_SHARED_PREFIX = 16  # a common prompt head at least this long is run once for the whole batch
+
+
+class PrefixBatchKVCache(BatchKVCache):
+    """A batch cache whose rows share their first `prefix_len` positions (a prompt header run
+    once); each row's padding sits between that prefix and the row's own tokens, which the CPU
+    kernels' attention hides like left padding."""
+
+    def __init__(self, left_padding: list[int], prefix_len: int):
+        super().__init__(left_padding)
+        self.prefix_len = prefix_len
 
 
 @dataclass
@@ -34,18 +46,42 @@ def make_batch_cache(bb: Backbone, left_padding: Sequence[int]) -> list[BatchKVC
     return [BatchKVCache(list(left_padding)) for _ in bb.make_cache()]
 
 
+def common_prefix(seqs: Sequence[Sequence[int]]) -> int:
+    """Length of the longest common head of `seqs`, leaving every sequence one token of its own."""
+    n = min(len(s) for s in seqs) - 1
+    first = seqs[0]
+    for i in range(max(n, 0)):
+        if any(s[i] != first[i] for s in seqs[1:]):
+            return i
+    return max(n, 0)
+
+
 def prefill_batch(bb: Backbone, seqs: Sequence[Sequence[int]]) -> tuple[mx.array, list[BatchKVCache]]:
     """Left-pad `seqs` to one length and run them together; returns last-position logits (B, V).
 
-    Chunked like `Backbone.prefill` so attention scratch stays bounded; only the last position
-    goes through the LM head.
+    On the CPU kernels a common head of the prompts (the system prompt and few-shot turns) is
+    taken from `Backbone.prefix_kv` instead of being run once per row. Chunked like
+    `Backbone.prefill` so attention scratch stays bounded; only the last position goes through
+    the LM head.
     """
     if not seqs or any(len(s) == 0 for s in seqs):
         raise ValueError("prefill_batch needs one or more non-empty token sequences")
-    width = max(len(s) for s in seqs)
-    pads = [width - len(s) for s in seqs]
-    tokens = mx.array([[PAD_ID] * p + list(s) for p, s in zip(pads, seqs)], dtype=mx.int32)
-    cache = make_batch_cache(bb, pads)
+    shared = common_prefix(seqs) if bb.engine is not None else 0
+    if shared < MIN_SHARED_PREFIX:
+        shared = 0
+    rest = [list(s[shared:]) for s in seqs]
+    width = max(len(s) for s in rest)
+    pads = [width - len(s) for s in rest]
+    tokens = mx.array([[PAD_ID] * p + s for p, s in zip(pads, rest)], dtype=mx.int32)
+    if shared:
+        cache = [PrefixBatchKVCache(pads, shared) for _ in bb.make_cache()]
+        n = len(seqs)
+        for c, (k, v) in zip(cache, bb.prefix_kv(tuple(seqs[0][:shared]))):
+            c.keys, c.values = mx.repeat(k, n, axis=0), mx.repeat(v, n, axis=0)
+            c._idx = shared
+            c.offset = c.offset + shared
+    else:
+        cache = make_batch_cache(bb, pads)
     for start in range(0, width - PREFILL_CHUNK, PREFILL_CHUNK):
         bb._hidden(tokens[:, start : start + PREFILL_CHUNK], cache)
         mx.eval([c.state for c in cache])
@@ -65,7 +101,7 @@ def repeat_rows(logits: mx.array, cache: list[BatchKVCache], n: int) -> tuple[mx
     idx = mx.repeat(mx.arange(logits.shape[0]), n)
     out = []
     for c in cache:
-        kv = BatchKVCache([0])
+        kv = copy.copy(c)  # keeps the cache class (and a shared prefix's length)
         kv.keys, kv.values = c.keys[idx], c.values[idx]
         kv.offset, kv.left_padding, kv._idx = c.offset[idx], c.left_padding[idx], c._idx
         out.append(kv)
@@ -88,24 +124,22 @@ def decode_batch(bb: Backbone, cache: list[BatchKVCache], logits: mx.array, max_
     if len(caps) != rows or len(greedy) != rows:
         raise ValueError(f"max_new and greedy need one entry per row ({rows})")
     eos = mx.array(sorted(bb.tokenizer.eos_ids), dtype=mx.int32)
-    is_greedy = mx.array(greedy)
+    inv_temp = mx.array([0.0 if g else 1.0 / temperature for g in greedy], dtype=mx.float32)
     cap = mx.array(caps)
     any_sampled = not all(greedy)
     key = mx.random.key(seed)
+    u = mx.zeros((rows,), dtype=mx.float32)
     done = cap <= 0
     toks, ents, gaps, lps = [], [], [], []
     lg = logits
     for t in range(max(caps)):
-        y = mx.argmax(lg, axis=-1).astype(mx.int32)
         if any_sampled:
-            key, sub = mx.random.split(key)
-            s = mx.random.categorical(lg * (1.0 / temperature), key=sub).astype(mx.int32)
-            y = mx.where(is_greedy, y, s)
+            key, u = uniforms(key, rows)
+        y, ent, gap, lp = bb.select(lg, inv_temp, u)
         y = mx.where(done, eos[0], y)
-        logz = mx.logsumexp(lg, axis=-1)
-        lps.append(mx.take_along_axis(lg, y[:, None], axis=-1)[:, 0] - logz)
-        ents.append(step_entropy(lg))
-        gaps.append(step_gap(lg))
+        lps.append(lp)
+        ents.append(ent)
+        gaps.append(gap)
         toks.append(mx.where(done, -1, y))  # -1 marks steps after a row finished
         done = done | mx.any(y[:, None] == eos[None, :], axis=-1) | (cap <= t + 1)
         if t + 1 < max(caps):

@@ -17,7 +17,8 @@ import mlx.core as mx
 from mlx_lm.models.cache import KVCache
 
 from targ_mlx.backbone import Backbone
-from targ_mlx.gates import DraftSignals, step_stats
+from targ_mlx.gates import DraftSignals
+from targ_mlx.sampling import uniforms
 
 DEFAULT_K = 20
 DEFAULT_N = 5
@@ -53,9 +54,11 @@ def _greedy(bb: Backbone, cache: list[Any], logits: mx.array, max_new: int, stat
         return
     eos = bb.tokenizer.eos_ids
 
+    zero = mx.zeros((1,), dtype=mx.float32)
+
     def pick(lg):
         if stats:
-            y, e, g = step_stats(lg)
+            y, e, g, _ = bb.select(lg, zero, zero)
             out = (y, e[0], g[0])
         else:
             out = (mx.argmax(lg, axis=-1), None, None)
@@ -133,15 +136,15 @@ def _batched_draft(bb: Backbone, cache: list[Any], logits: mx.array, k: int, n: 
     batch = _repeat_rows(cache, n + 1)
     key = mx.random.key(seed)
     lg = mx.repeat(logits, n + 1, axis=0)  # row 0 greedy, rows 1..n sampled at temperature
+    inv_temp = mx.array([0.0] + [1.0 / temperature] * n, dtype=mx.float32)
     done = mx.zeros((n + 1,), dtype=mx.bool_)
     rows, ents, gaps = [], [], []
     greedy_len = k
     for t in range(k):
-        key, sub = mx.random.split(key)
-        sampled = mx.random.categorical(lg[1:] * (1.0 / temperature), key=sub).astype(mx.int32)
-        g_tok, g_ent, g_gap = step_stats(lg[:1])
-        y = mx.concatenate([g_tok.astype(mx.int32), sampled])
-        y = mx.where(done, eos0, y)  # finished rows keep emitting EOS
+        key, u = uniforms(key, n + 1)
+        tok, ent, gap, _ = bb.select(lg, inv_temp, u)
+        g_ent, g_gap = ent[:1], gap[:1]
+        y = mx.where(done, eos0, tok)  # finished rows keep emitting EOS
         ents.append(g_ent[0])
         gaps.append(g_gap[0])
         rows.append(y)

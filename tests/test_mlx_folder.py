@@ -4,6 +4,7 @@ offline default model out as an MLX folder and checking it decodes the same toke
 import json
 
 import mlx.core as mx
+import mlx.nn as nn
 import pytest
 from mlx.utils import tree_flatten
 
@@ -19,6 +20,14 @@ def mlx_folder(tmp_path_factory, backbone):
     weights = dict(tree_flatten(backbone.model.parameters()))
     mx.save_safetensors(str(out / "model.safetensors"), weights)
     args = {k: v for k, v in vars(backbone.model.args).items() if v is not None}
+    # The GGUF's quantization as mlx-lm records it: a default plus per-layer exceptions
+    # (the embedding is 8-bit, the layers 4-bit), as in mlx-community's mixed-precision repos.
+    quant = {}
+    for name, m in backbone.model.named_modules():
+        if isinstance(m, (nn.QuantizedLinear, nn.QuantizedEmbedding)):
+            quant[name] = {"group_size": m.group_size, "bits": m.bits}
+    if quant:
+        args["quantization"] = {"group_size": 32, "bits": 4, **{k: v for k, v in quant.items() if v["bits"] != 4}}
     (out / "config.json").write_text(json.dumps(args))
     tok = backbone.tokenizer
     tok._tok.save(str(out / "tokenizer.json"))
@@ -32,6 +41,7 @@ def mlx_folder(tmp_path_factory, backbone):
 def test_mlx_folder_decodes_like_the_gguf(mlx_folder, backbone):
     bb = load_backbone(str(mlx_folder))
     assert bb.dtype == "mlx" and bb.model_id == str(mlx_folder)
+    assert (bb.engine is None) == (backbone.engine is None)  # a quantized MLX folder runs on the same kernels
     msgs = prompts.messages("What is the capital of France?")
     ids = bb.tokenizer.chat_ids(msgs)
     assert ids == backbone.tokenizer.chat_ids(msgs)

@@ -1,0 +1,74 @@
+"""Fast CPU kernels for MLX, built on this machine the first time they are needed.
+
+On a Mac (Metal) or an NVIDIA GPU (mlx[cuda]) mlx-lm's models run as they are. On a CPU-only
+machine MLX runs a decode step of a small model as thousands of tiny ops (RoPE, RMSNorm and
+attention fall back to their composite forms) and has no fast CPU kernel for quantized weights.
+`csrc/` adds those kernels as MLX primitives: quantized matmul with int8 activations, fused
+RMSNorm, RoPE, attention over the KV cache, SwiGLU and one-pass token selection.
+
+`ops()` returns the compiled module, or None with the reason in `status()`; set
+TARG_MLX_NATIVE=0 to turn the kernels off, =1 to use them even where a GPU is present.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import sys
+import warnings
+
+logger = logging.getLogger(__name__)
+
+_OPS = None
+_STATUS = "not loaded"
+_TRIED = False
+
+
+def wanted() -> bool:
+    """Whether the kernels should run here: a CPU-only MLX, unless TARG_MLX_NATIVE says otherwise."""
+    flag = os.environ.get("TARG_MLX_NATIVE", "").strip()
+    if flag == "0":
+        return False
+    if flag == "1":
+        return True
+    import mlx.core as mx
+
+    return sys.platform != "darwin" and mx.default_device() == mx.cpu
+
+
+def ops():
+    """The compiled kernel module (built and cached on first use), or None if unavailable."""
+    global _OPS, _STATUS, _TRIED
+    if _TRIED:
+        return _OPS
+    _TRIED = True
+    if not wanted():
+        _STATUS = "off (GPU present or TARG_MLX_NATIVE=0)"
+        return None
+    from targ_mlx.native.build import BuildError, build
+
+    try:
+        path = build()
+        spec = importlib.util.spec_from_file_location("_targ_native", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        import mlx.core as mx
+
+        # An MLX built with another nanobind ABI would reject its own arrays here.
+        mx.eval(mod.rms_norm(mx.ones((1, 32)), mx.ones((32,)), 1e-5))
+    except (BuildError, ImportError, OSError, TypeError) as e:
+        _STATUS = f"unavailable: {e}"
+        warnings.warn(
+            f"targ_mlx: fast CPU kernels unavailable, using MLX's own CPU ops (several times slower): {e}. "
+            "Fix: install a C++ compiler and `pip install nanobind`, then `python -m targ_mlx.native build`.",
+            stacklevel=2,
+        )
+        return None
+    _OPS = mod
+    _STATUS = f"on ({mod.simd()}, {mod.threads()} threads)"
+    return mod
+
+
+def status() -> str:
+    return _STATUS

@@ -1,0 +1,35 @@
+"""python -m targ_mlx.native build|info: build the CPU kernels now, or say where they stand."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import targ_mlx  # noqa: F401  (binds OpenBLAS before mlx.core loads)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m targ_mlx.native", description=__doc__)
+    ap.add_argument("command", choices=("build", "info"))
+    ap.add_argument("--force", action="store_true", help="rebuild even if a cached build exists")
+    args = ap.parse_args(argv)
+    from targ_mlx import native
+    from targ_mlx.native.build import BuildError, build, module_path
+
+    if args.command == "build":
+        if not native.wanted():
+            print("targ_mlx.native: not needed here (MLX has a GPU, or TARG_MLX_NATIVE=0); nothing built")
+            return 0
+        try:
+            print(build(force=args.force))
+        except BuildError as e:
+            print(f"targ_mlx.native: {e}", file=sys.stderr)
+            return 1
+        return 0
+    native.ops()
+    print(f"kernels: {native.status()}\nmodule: {module_path()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

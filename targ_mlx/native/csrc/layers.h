@@ -1,0 +1,212 @@
+// The non-matmul parts of a decoder layer, fused: RMSNorm (with the residual add), RoPE applied
+// while splitting the fused q|k|v projection into heads, SwiGLU, embedding lookup from packed
+// rows, and attention over a (left-padded) KV cache. Each is one MLX primitive where MLX's CPU
+// backend would run 5-40 small ops.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "pool.h"
+#include "qgemm.h"
+#include "simd.h"
+
+namespace targ {
+
+inline float dot(const float* a, const float* b, int n) {
+  int i = 0;
+  float s = 0.f;
+#if TARG_AVX512
+  __m512 acc = _mm512_setzero_ps();
+  for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
+  s = _mm512_reduce_add_ps(acc);
+#elif TARG_AVX2
+  __m256 acc = _mm256_setzero_ps();
+  for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+  s = hsum256(acc);
+#endif
+  for (; i < n; i++) s += a[i] * b[i];
+  return s;
+}
+
+inline void axpy(float a, const float* x, float* y, int n) {  // y += a * x
+  int i = 0;
+#if TARG_AVX512
+  __m512 va = _mm512_set1_ps(a);
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+#elif TARG_AVX2
+  __m256 va = _mm256_set1_ps(a);
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+#endif
+  for (; i < n; i++) y[i] += a * x[i];
+}
+
+// h = x (+ r); y = h * rsqrt(mean(h^2) + eps) * w, per row of length H.
+inline void rms_norm(const float* x, const float* r, const float* w, float eps, int rows, int H, float* h_out,
+                     float* y) {
+  auto body = [&](int b, int e) {
+    for (int i = b; i < e; i++) {
+      const float* xi = x + (size_t)i * H;
+      float* hi = h_out ? h_out + (size_t)i * H : nullptr;
+      const float* src = xi;
+      if (r) {
+        const float* ri = r + (size_t)i * H;
+        for (int j = 0; j < H; j++) hi[j] = xi[j] + ri[j];
+        src = hi;
+      }
+      float ss = dot(src, src, H);
+      float inv = 1.0f / std::sqrt(ss / (float)H + eps);
+      float* yi = y + (size_t)i * H;
+      for (int j = 0; j < H; j++) yi[j] = src[j] * inv * w[j];
+    }
+  };
+  if ((long)rows * H >= (1 << 16)) parallel_range(rows, 1, 8, body);
+  else body(0, rows);
+}
+
+// cos/sin of (pos[b] + l) * scale * inv_freq[i] for b < B, l < L, i < R2 (tables B x L x R2).
+inline void rope_table(const int32_t* pos, int n_pos, int B, int L, const float* inv_freq, int R2, float scale,
+                       float* cos_t, float* sin_t) {
+  for (int b = 0; b < B; b++)
+    for (int l = 0; l < L; l++) {
+      float p = (float)(pos[n_pos == 1 ? 0 : b] + l) * scale;
+      for (int i = 0; i < R2; i++) {
+        float th = p * inv_freq[i];
+        size_t o = ((size_t)b * L + l) * R2 + i;
+        cos_t[o] = std::cos(th);
+        sin_t[o] = std::sin(th);
+      }
+    }
+}
+
+// qkv (B, L, (Hq + 2 Hkv) * D) -> q (B, Hq, L, D), k, v (B, Hkv, L, D); RoPE on the first 2*R2
+// dims of q and k. traditional: rotate pairs (2i, 2i+1); else (i, i + R2).
+inline void rope_split(const float* qkv, int B, int L, int Hq, int Hkv, int D, const float* cos_t, const float* sin_t,
+                       int R2, bool traditional, float* q, float* k, float* v) {
+  const int W = (Hq + 2 * Hkv) * D;
+  auto rot = [&](const float* src, float* dst, const float* c, const float* s) {
+    std::memcpy(dst, src, D * sizeof(float));
+    for (int i = 0; i < R2; i++) {
+      int a = traditional ? 2 * i : i, b = traditional ? 2 * i + 1 : i + R2;
+      float x0 = src[a], x1 = src[b];
+      dst[a] = x0 * c[i] - x1 * s[i];
+      dst[b] = x0 * s[i] + x1 * c[i];
+    }
+  };
+  auto body = [&](int b0, int b1) {
+    for (int bl = b0; bl < b1; bl++) {
+      int b = bl / L, l = bl % L;
+      const float* row = qkv + (size_t)bl * W;
+      const float* c = cos_t + (size_t)bl * R2;
+      const float* s = sin_t + (size_t)bl * R2;
+      for (int h = 0; h < Hq; h++) rot(row + h * D, q + (((size_t)b * Hq + h) * L + l) * D, c, s);
+      for (int h = 0; h < Hkv; h++) {
+        rot(row + (Hq + h) * D, k + (((size_t)b * Hkv + h) * L + l) * D, c, s);
+        std::memcpy(v + (((size_t)b * Hkv + h) * L + l) * D, row + (Hq + Hkv + h) * D, D * sizeof(float));
+      }
+    }
+  };
+  if ((long)B * L * W >= (1 << 16)) parallel_range(B * L, 1, 8, body);
+  else body(0, B * L);
+}
+
+// gu (rows, 2I) = [gate | up] -> out (rows, I) = silu(gate) * up
+inline void swiglu(const float* gu, int rows, int I, float* out) {
+  auto body = [&](int b, int e) {
+    for (int r = b; r < e; r++) {
+      const float* g = gu + (size_t)r * 2 * I;
+      const float* u = g + I;
+      float* o = out + (size_t)r * I;
+      int j = 0;
+#if TARG_AVX512
+      for (; j + 16 <= I; j += 16) {
+        __m512 gv = _mm512_loadu_ps(g + j);
+        __m512 sg = _mm512_div_ps(gv, _mm512_add_ps(_mm512_set1_ps(1.f), exp512(_mm512_sub_ps(_mm512_setzero_ps(), gv))));
+        _mm512_storeu_ps(o + j, _mm512_mul_ps(sg, _mm512_loadu_ps(u + j)));
+      }
+#elif TARG_AVX2
+      for (; j + 8 <= I; j += 8) {
+        __m256 gv = _mm256_loadu_ps(g + j);
+        __m256 sg = _mm256_div_ps(gv, _mm256_add_ps(_mm256_set1_ps(1.f), exp256(_mm256_sub_ps(_mm256_setzero_ps(), gv))));
+        _mm256_storeu_ps(o + j, _mm256_mul_ps(sg, _mm256_loadu_ps(u + j)));
+      }
+#endif
+      for (; j < I; j++) o[j] = g[j] / (1.f + std::exp(-g[j])) * u[j];
+    }
+  };
+  if ((long)rows * I >= (1 << 15)) parallel_range(rows, 1, 4, body);
+  else body(0, rows);
+}
+
+// Rows of a packed matrix, dequantized: out[t] = scale * q + bias for each id.
+inline void embed(const QMat& W, const int32_t* ids, int n, float* out) {
+  const int K = W.K, G = K / QG;
+  float s[NT], b[NT];
+  for (int t = 0; t < n; t++) {
+    int id = ids[t], tile = id / NT, lane = id % NT;
+    float* o = out + (size_t)t * K;
+    for (int g = 0; g < G; g++) {
+      const uint8_t* grp = W.q + (size_t)tile * W.tile_bytes() + (size_t)g * W.group_bytes();
+      load16(W.scales, W.half, ((size_t)tile * G + g) * NT, s);
+      load16(W.biases, W.half, ((size_t)tile * G + g) * NT, b);
+      for (int k = 0; k < QG; k++) o[g * QG + k] = std::fma((float)qval(W, grp, k, lane), s[lane], b[lane]);
+    }
+  }
+}
+
+struct KV {  // a (B, H, S, D) view: element (b, h, s, d) at base[b*sb + h*sh + s*ss + d]
+  const float* base;
+  long sb, sh, ss;
+};
+
+// Attention of q (B, Hq, L, D) over keys/values (B, Hkv, S, D); the L queries sit at the last L
+// of the S cache positions. Row b hides the keys [hole, hole + pad[b]) (left padding when hole
+// is 0; padding after a shared prompt prefix of `hole` positions otherwise), and query i sees
+// the other keys j <= S - L + i. out (B, L, Hq * D), ready for the output projection.
+//
+// Every query is computed on its own, by the same instruction sequence, over exactly its visible
+// keys: a row's result does not depend on the batch, its padding, or how a prompt was chunked.
+inline void attention(const float* q, const KV& K, const KV& V, const int32_t* pad, int hole, int B, int Hq, int Hkv,
+                      int L, int S, int D, float scale, float* out) {
+  const int group = Hq / Hkv;
+  const long ld_out = (long)Hq * D;
+  const int QB = 16;  // queries per task
+  const int qblocks = (L + QB - 1) / QB;
+  parallel_range(B * Hq * qblocks, 1, 1, [&](int t0, int t1) {
+    std::vector<float> sc(S), acc(D);
+    std::vector<int> idx(S);
+    for (int t = t0; t < t1; t++) {
+      int qb = t % qblocks, bh = t / qblocks, b = bh / Hq, h = bh % Hq, kh = h / group;
+      int p = pad ? pad[b] : 0;
+      const float* kb = K.base + b * K.sb + kh * K.sh;
+      const float* vb = V.base + b * V.sb + kh * V.sh;
+      for (int i = qb * QB; i < std::min(L, (qb + 1) * QB); i++) {
+        const float* qi = q + (((size_t)b * Hq + h) * L + i) * D;
+        float* o = out + ((size_t)b * L + i) * ld_out + (size_t)h * D;
+        int hi = S - L + i;
+        int n = 0;  // visible keys, in order
+        for (int j = 0; j < std::min(hole, hi + 1); j++) idx[n++] = j;
+        for (int j = hole + p; j <= hi; j++) idx[n++] = j;
+        if (n == 0 || (hi >= hole && hi < hole + p)) {  // a padding position: nothing to attend to
+          std::fill(o, o + D, 0.f);
+          continue;
+        }
+        float mx = -INFINITY;
+        for (int j = 0; j < n; j++) {
+          sc[j] = dot(qi, kb + (long)idx[j] * K.ss, D) * scale;
+          mx = std::max(mx, sc[j]);
+        }
+        float z = exp_sub_sum(sc.data(), mx, sc.data(), n);
+        std::fill(acc.begin(), acc.end(), 0.f);
+        for (int j = 0; j < n; j++) axpy(sc[j], vb + (long)idx[j] * V.ss, acc.data(), D);
+        float iz = 1.f / z;
+        for (int d = 0; d < D; d++) o[d] = acc[d] * iz;
+      }
+    }
+  });
+}
+
+}  // namespace targ

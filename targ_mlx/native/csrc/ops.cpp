@@ -1,0 +1,456 @@
+// MLX primitives over the kernels in qgemm.h, layers.h and sampling.h, and their Python bindings.
+//
+// Each op builds one node of MLX's lazy graph; its eval_cpu allocates the outputs and dispatches
+// the kernel on the CPU stream, so these ops mix freely with MLX's own (and run under mx.compile).
+// CPU only: on a Mac or an NVIDIA GPU the ordinary mlx-lm model is used instead.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/variant.h>
+#include <nanobind/stl/vector.h>
+
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <tuple>
+
+#include "mlx/backend/cpu/encoder.h"
+#include "mlx/mlx.h"
+#include "mlx/primitives.h"
+
+#include "layers.h"
+#include "qgemm.h"
+#include "sampling.h"
+
+namespace nb = nanobind;
+namespace mx = mlx::core;
+using mx::array;
+
+namespace {
+
+mx::Stream cpu_stream() { return mx::default_stream(mx::Device::cpu); }
+
+// A float32 view of an evaluated array in row-major order: its own buffer when already
+// row-contiguous, else a gathered copy owned by `hold`.
+const float* contiguous_f32(const array& a, std::shared_ptr<std::vector<float>>& hold) {
+  if (a.flags().row_contiguous) return a.data<float>();
+  hold = std::make_shared<std::vector<float>>(a.size());
+  const float* base = a.data<float>();
+  const int nd = a.ndim();
+  std::vector<int64_t> idx(nd, 0);
+  for (size_t i = 0; i < a.size(); i++) {
+    int64_t off = 0;
+    for (int d = 0; d < nd; d++) off += idx[d] * a.strides()[d];
+    (*hold)[i] = base[off];
+    for (int d = nd - 1; d >= 0; d--) {
+      if (++idx[d] < a.shape(d)) break;
+      idx[d] = 0;
+    }
+  }
+  return hold->data();
+}
+
+void alloc(array& out) { out.set_data(mx::allocator::malloc(out.nbytes())); }
+
+targ::QMat qmat(const array& q, const array& scales, const array& biases, int bits) {
+  targ::QMat w;
+  w.q = q.data<uint8_t>();
+  w.scales = scales.data<void>();
+  w.biases = biases.data<void>();
+  w.half = scales.dtype() == mx::float16;
+  w.N = q.shape(0);
+  w.K = q.shape(1) * 8 / bits;
+  w.bits = bits;
+  return w;
+}
+
+void check_packed(const array& q, const array& scales, const array& biases, int bits, const char* op) {
+  if (bits != 4 && bits != 8) throw std::invalid_argument(std::string(op) + ": bits must be 4 or 8");
+  if (q.dtype() != mx::uint8 || q.ndim() != 2)
+    throw std::invalid_argument(std::string(op) + ": packed weights must be a 2-D uint8 array (targ_mlx.native.pack)");
+  int K = q.shape(1) * 8 / bits;
+  if (K % targ::QG || q.shape(0) % targ::NT)
+    throw std::invalid_argument(std::string(op) + ": K must be a multiple of 32 and N of 16");
+  if (scales.dtype() != biases.dtype() || (scales.dtype() != mx::float16 && scales.dtype() != mx::float32))
+    throw std::invalid_argument(std::string(op) + ": scales and biases must both be float16 or float32");
+  if (scales.ndim() != 2 || scales.shape(0) != q.shape(0) || scales.shape(1) != K / targ::QG ||
+      biases.shape() != scales.shape())
+    throw std::invalid_argument(std::string(op) + ": scales/biases must be (N, K/32)");
+}
+
+array as_f32(const array& x) { return x.dtype() == mx::float32 ? x : mx::astype(x, mx::float32, cpu_stream()); }
+
+#define TARG_PRIMITIVE_COMMON(NAME)                                                     \
+  void eval_gpu(const std::vector<array>&, std::vector<array>&) override {            \
+    throw std::runtime_error(#NAME " runs on the CPU only");                          \
+  }                                                                                   \
+  const char* name() const override { return #NAME; }
+
+// ---------------------------------------------------------------------------------------------
+class QLinear : public mx::Primitive {
+ public:
+  QLinear(mx::Stream s, int bits, bool has_bias, bool has_res)
+      : Primitive(s), bits_(bits), bias_(has_bias), res_(has_res) {}
+  void eval_cpu(const std::vector<array>& in, std::vector<array>& outs) override {
+    array& out = outs[0];
+    alloc(out);
+    auto& enc = mx::cpu::get_command_encoder(stream());
+    std::vector<array> ins;
+    for (auto& a : in) ins.push_back(array::unsafe_weak_copy(a));
+    enc.dispatch([ins = std::move(ins), out = array::unsafe_weak_copy(out), bits = bits_, hb = bias_, hr = res_]() mutable {
+      std::shared_ptr<std::vector<float>> hx, hr_;
+      const array& x = ins[0];
+      const float* xp = contiguous_f32(x, hx);
+      targ::QMat W = qmat(ins[1], ins[2], ins[3], bits);
+      int M = (int)(x.size() / W.K);
+      const float* bias = hb ? ins[4].data<float>() : nullptr;
+      const float* res = hr ? contiguous_f32(ins[hb ? 5 : 4], hr_) : nullptr;
+      targ::qgemm(W, xp, M, out.data<float>(), W.N, res, bias);
+    });
+  }
+  bool is_equivalent(const Primitive& o) const override {
+    auto& p = static_cast<const QLinear&>(o);
+    return bits_ == p.bits_ && bias_ == p.bias_ && res_ == p.res_;
+  }
+  std::vector<mx::Shape> output_shapes(const std::vector<array>& in) override {
+    auto s = in[0].shape();
+    s.back() = in[1].shape(0);
+    return {s};
+  }
+  TARG_PRIMITIVE_COMMON(TargQLinear)
+ private:
+  int bits_;
+  bool bias_, res_;
+};
+
+array op_qlinear(const array& x_, const array& q, const array& scales, const array& biases, int bits,
+              std::optional<array> bias, std::optional<array> residual) {
+  check_packed(q, scales, biases, bits, "qlinear");
+  array x = as_f32(x_);
+  int K = q.shape(1) * 8 / bits;
+  if (x.ndim() < 1 || x.shape(-1) != K) {
+    std::ostringstream m;
+    m << "qlinear: input's last dimension is " << (x.ndim() ? x.shape(-1) : 0) << ", the weights expect " << K;
+    throw std::invalid_argument(m.str());
+  }
+  auto shape = x.shape();
+  shape.back() = q.shape(0);
+  std::vector<array> ins = {x, q, scales, biases};
+  if (bias) ins.push_back(as_f32(*bias));
+  if (residual) {
+    if (residual->shape() != shape) throw std::invalid_argument("qlinear: residual must have the output's shape");
+    ins.push_back(as_f32(*residual));
+  }
+  return array(shape, mx::float32, std::make_shared<QLinear>(cpu_stream(), bits, bias.has_value(), residual.has_value()),
+               ins);
+}
+
+// ---------------------------------------------------------------------------------------------
+class RMSNorm : public mx::Primitive {
+ public:
+  RMSNorm(mx::Stream s, float eps, bool add) : Primitive(s), eps_(eps), add_(add) {}
+  void eval_cpu(const std::vector<array>& in, std::vector<array>& outs) override {
+    for (auto& o : outs) alloc(o);
+    auto& enc = mx::cpu::get_command_encoder(stream());
+    std::vector<array> ins, os;
+    for (auto& a : in) ins.push_back(array::unsafe_weak_copy(a));
+    for (auto& a : outs) os.push_back(array::unsafe_weak_copy(a));
+    enc.dispatch([ins = std::move(ins), os = std::move(os), eps = eps_, add = add_]() mutable {
+      std::shared_ptr<std::vector<float>> h1, h2;
+      const float* x = contiguous_f32(ins[0], h1);
+      const float* r = add ? contiguous_f32(ins[1], h2) : nullptr;
+      const array& w = ins[add ? 2 : 1];
+      int H = ins[0].shape(-1), rows = (int)(ins[0].size() / H);
+      float* h = add ? os[0].data<float>() : nullptr;
+      float* y = os[add ? 1 : 0].data<float>();
+      targ::rms_norm(x, r, w.data<float>(), eps, rows, H, h, y);
+    });
+  }
+  bool is_equivalent(const Primitive& o) const override {
+    auto& p = static_cast<const RMSNorm&>(o);
+    return eps_ == p.eps_ && add_ == p.add_;
+  }
+  std::vector<mx::Shape> output_shapes(const std::vector<array>& in) override {
+    return add_ ? std::vector<mx::Shape>{in[0].shape(), in[0].shape()} : std::vector<mx::Shape>{in[0].shape()};
+  }
+  TARG_PRIMITIVE_COMMON(TargRMSNorm)
+ private:
+  float eps_;
+  bool add_;
+};
+
+void check_norm(const array& x, const array& w) {
+  if (w.ndim() != 1 || x.ndim() < 1 || w.shape(0) != x.shape(-1))
+    throw std::invalid_argument("rms_norm: weight must be 1-D with the input's last dimension");
+}
+
+array op_rms_norm(const array& x_, const array& w, float eps) {
+  array x = as_f32(x_);
+  check_norm(x, w);
+  return array(x.shape(), mx::float32, std::make_shared<RMSNorm>(cpu_stream(), eps, false), {x, as_f32(w)});
+}
+
+std::tuple<array, array> op_add_rms_norm(const array& x_, const array& r_, const array& w, float eps) {
+  array x = as_f32(x_), r = as_f32(r_);
+  check_norm(x, w);
+  if (r.shape() != x.shape()) throw std::invalid_argument("add_rms_norm: x and r must have the same shape");
+  auto outs = array::make_arrays({x.shape(), x.shape()}, {mx::float32, mx::float32},
+                                 std::make_shared<RMSNorm>(cpu_stream(), eps, true), {x, r, as_f32(w)});
+  return {outs[0], outs[1]};
+}
+
+// ---------------------------------------------------------------------------------------------
+class RopeTable : public mx::Primitive {
+ public:
+  RopeTable(mx::Stream s, int B, int L, float scale) : Primitive(s), B_(B), L_(L), scale_(scale) {}
+  void eval_cpu(const std::vector<array>& in, std::vector<array>& outs) override {
+    for (auto& o : outs) alloc(o);
+    auto& enc = mx::cpu::get_command_encoder(stream());
+    enc.dispatch([pos = array::unsafe_weak_copy(in[0]), f = array::unsafe_weak_copy(in[1]),
+                  c = array::unsafe_weak_copy(outs[0]), s = array::unsafe_weak_copy(outs[1]), B = B_, L = L_,
+                  scale = scale_]() mutable {
+      targ::rope_table(pos.data<int32_t>(), (int)pos.size(), B, L, f.data<float>(), (int)f.size(), scale,
+                       c.data<float>(), s.data<float>());
+    });
+  }
+  bool is_equivalent(const Primitive& o) const override {
+    auto& p = static_cast<const RopeTable&>(o);
+    return B_ == p.B_ && L_ == p.L_ && scale_ == p.scale_;
+  }
+  TARG_PRIMITIVE_COMMON(TargRopeTable)
+ private:
+  int B_, L_;
+  float scale_;
+};
+
+std::tuple<array, array> op_rope_table(const array& pos, const array& inv_freq, int B, int L, float scale) {
+  array p = mx::contiguous(mx::astype(mx::reshape(pos, {-1}, cpu_stream()), mx::int32, cpu_stream()), false, cpu_stream());
+  if (p.size() != 1 && (int)p.size() != B) throw std::invalid_argument("rope_table: positions must have 1 or B entries");
+  mx::Shape sh = {B, L, (int)inv_freq.size()};
+  auto outs = array::make_arrays({sh, sh}, {mx::float32, mx::float32}, std::make_shared<RopeTable>(cpu_stream(), B, L, scale),
+                                 {p, mx::contiguous(as_f32(inv_freq), false, cpu_stream())});
+  return {outs[0], outs[1]};
+}
+
+class RopeSplit : public mx::Primitive {
+ public:
+  RopeSplit(mx::Stream s, int hq, int hkv, int d, bool trad) : Primitive(s), hq_(hq), hkv_(hkv), d_(d), trad_(trad) {}
+  void eval_cpu(const std::vector<array>& in, std::vector<array>& outs) override {
+    for (auto& o : outs) alloc(o);
+    auto& enc = mx::cpu::get_command_encoder(stream());
+    enc.dispatch([x = array::unsafe_weak_copy(in[0]), c = array::unsafe_weak_copy(in[1]), s = array::unsafe_weak_copy(in[2]),
+                  q = array::unsafe_weak_copy(outs[0]), k = array::unsafe_weak_copy(outs[1]),
+                  v = array::unsafe_weak_copy(outs[2]), hq = hq_, hkv = hkv_, d = d_, trad = trad_]() mutable {
+      std::shared_ptr<std::vector<float>> h;
+      const float* xp = contiguous_f32(x, h);
+      int B = x.shape(0), L = x.shape(1);
+      targ::rope_split(xp, B, L, hq, hkv, d, c.data<float>(), s.data<float>(), c.shape(2), trad, q.data<float>(),
+                       k.data<float>(), v.data<float>());
+    });
+  }
+  bool is_equivalent(const Primitive& o) const override {
+    auto& p = static_cast<const RopeSplit&>(o);
+    return hq_ == p.hq_ && hkv_ == p.hkv_ && d_ == p.d_ && trad_ == p.trad_;
+  }
+  TARG_PRIMITIVE_COMMON(TargRopeSplit)
+ private:
+  int hq_, hkv_, d_;
+  bool trad_;
+};
+
+std::tuple<array, array, array> op_rope_split(const array& qkv_, const array& cos_t, const array& sin_t, int n_heads,
+                                           int n_kv_heads, int head_dim, bool traditional) {
+  array qkv = as_f32(qkv_);
+  if (qkv.ndim() != 3 || qkv.shape(2) != (n_heads + 2 * n_kv_heads) * head_dim)
+    throw std::invalid_argument("rope_split: qkv must be (B, L, (n_heads + 2 n_kv_heads) * head_dim)");
+  int B = qkv.shape(0), L = qkv.shape(1);
+  if (cos_t.ndim() != 3 || cos_t.shape(0) != B || cos_t.shape(1) != L || 2 * cos_t.shape(2) > head_dim)
+    throw std::invalid_argument("rope_split: cos/sin tables must be (B, L, rope_dims / 2)");
+  mx::Shape qs = {B, n_heads, L, head_dim}, ks = {B, n_kv_heads, L, head_dim};
+  auto outs = array::make_arrays({qs, ks, ks}, {mx::float32, mx::float32, mx::float32},
+                                 std::make_shared<RopeSplit>(cpu_stream(), n_heads, n_kv_heads, head_dim, traditional),
+                                 {qkv, cos_t, sin_t});
+  return {outs[0], outs[1], outs[2]};
+}
+
+// ---------------------------------------------------------------------------------------------
+class SwiGLU : public mx::UnaryPrimitive {
+ public:
+  explicit SwiGLU(mx::Stream s) : UnaryPrimitive(s) {}
+  void eval_cpu(const std::vector<array>& in, array& out) override {
+    alloc(out);
+    auto& enc = mx::cpu::get_command_encoder(stream());
+    enc.dispatch([x = array::unsafe_weak_copy(in[0]), out = array::unsafe_weak_copy(out)]() mutable {
+      std::shared_ptr<std::vector<float>> h;
+      const float* xp = contiguous_f32(x, h);
+      int I = out.shape(-1), rows = (int)(out.size() / I);
+      targ::swiglu(xp, rows, I, out.data<float>());
+    });
+  }
+  void eval_gpu(const std::vector<array>&, array&) override { throw std::runtime_error("TargSwiGLU runs on the CPU only"); }
+  const char* name() const override { return "TargSwiGLU"; }
+  bool is_equivalent(const Primitive&) const override { return true; }
+};
+
+array op_swiglu(const array& gu_) {
+  array gu = as_f32(gu_);
+  if (gu.ndim() < 1 || gu.shape(-1) % 2) throw std::invalid_argument("swiglu: last dimension must be even ([gate | up])");
+  auto s = gu.shape();
+  s.back() /= 2;
+  return array(s, mx::float32, std::make_shared<SwiGLU>(cpu_stream()), {gu});
+}
+
+// ---------------------------------------------------------------------------------------------
+class Embed : public mx::UnaryPrimitive {
+ public:
+  Embed(mx::Stream s, int bits) : UnaryPrimitive(s), bits_(bits) {}
+  void eval_cpu(const std::vector<array>& in, array& out) override {
+    alloc(out);
+    auto& enc = mx::cpu::get_command_encoder(stream());
+    std::vector<array> ins;
+    for (auto& a : in) ins.push_back(array::unsafe_weak_copy(a));
+    enc.dispatch([ins = std::move(ins), out = array::unsafe_weak_copy(out), bits = bits_]() mutable {
+      targ::QMat W = qmat(ins[1], ins[2], ins[3], bits);
+      targ::embed(W, ins[0].data<int32_t>(), (int)ins[0].size(), out.data<float>());
+    });
+  }
+  void eval_gpu(const std::vector<array>&, array&) override { throw std::runtime_error("TargEmbed runs on the CPU only"); }
+  const char* name() const override { return "TargEmbed"; }
+  bool is_equivalent(const Primitive& o) const override { return bits_ == static_cast<const Embed&>(o).bits_; }
+ private:
+  int bits_;
+};
+
+array op_embed(const array& ids, const array& q, const array& scales, const array& biases, int bits) {
+  check_packed(q, scales, biases, bits, "embed");
+  auto s = ids.shape();
+  s.push_back(q.shape(1) * 8 / bits);
+  array i = mx::contiguous(mx::astype(ids, mx::int32, cpu_stream()), false, cpu_stream());
+  return array(s, mx::float32, std::make_shared<Embed>(cpu_stream(), bits), {i, q, scales, biases});
+}
+
+// ---------------------------------------------------------------------------------------------
+class Attention : public mx::UnaryPrimitive {
+ public:
+  Attention(mx::Stream s, float scale, bool pad, int hole) : UnaryPrimitive(s), scale_(scale), pad_(pad), hole_(hole) {}
+  void eval_cpu(const std::vector<array>& in, array& out) override {
+    alloc(out);
+    auto& enc = mx::cpu::get_command_encoder(stream());
+    std::vector<array> ins;
+    for (auto& a : in) ins.push_back(array::unsafe_weak_copy(a));
+    enc.dispatch([ins = std::move(ins), out = array::unsafe_weak_copy(out), scale = scale_, pad = pad_, hole = hole_]() mutable {
+      std::shared_ptr<std::vector<float>> hq, hk, hv;
+      const array &q = ins[0], &k = ins[1], &v = ins[2];
+      const float* qp = contiguous_f32(q, hq);
+      auto view = [](const array& a, std::shared_ptr<std::vector<float>>& h) {
+        if (a.strides()[3] == 1) return targ::KV{a.data<float>(), (long)a.strides()[0], (long)a.strides()[1], (long)a.strides()[2]};
+        const float* p = contiguous_f32(a, h);
+        return targ::KV{p, (long)a.shape(1) * a.shape(2) * a.shape(3), (long)a.shape(2) * a.shape(3), (long)a.shape(3)};
+      };
+      targ::KV K = view(k, hk), V = view(v, hv);
+      targ::attention(qp, K, V, pad ? ins[3].data<int32_t>() : nullptr, hole, q.shape(0), q.shape(1), k.shape(1), q.shape(2),
+                      k.shape(2), q.shape(3), scale, out.data<float>());
+    });
+  }
+  void eval_gpu(const std::vector<array>&, array&) override { throw std::runtime_error("TargAttention runs on the CPU only"); }
+  const char* name() const override { return "TargAttention"; }
+  bool is_equivalent(const Primitive& o) const override {
+    auto& p = static_cast<const Attention&>(o);
+    return scale_ == p.scale_ && pad_ == p.pad_ && hole_ == p.hole_;
+  }
+ private:
+  float scale_;
+  bool pad_;
+  int hole_;
+};
+
+array op_attention(const array& q_, const array& k_, const array& v_, float scale, std::optional<array> left_pad,
+                   int hole) {
+  array q = as_f32(q_), k = as_f32(k_), v = as_f32(v_);
+  if (q.ndim() != 4 || k.ndim() != 4 || v.shape() != k.shape() || q.shape(0) != k.shape(0) || q.shape(3) != k.shape(3) ||
+      q.shape(1) % k.shape(1))
+    throw std::invalid_argument("attention: q (B, Hq, L, D), keys and values (B, Hkv, S, D) with Hq a multiple of Hkv");
+  if (q.shape(2) > k.shape(2)) throw std::invalid_argument("attention: more queries than cached positions");
+  std::vector<array> ins = {q, k, v};
+  if (left_pad) {
+    array lp = mx::contiguous(mx::astype(mx::reshape(*left_pad, {-1}, cpu_stream()), mx::int32, cpu_stream()), false, cpu_stream());
+    if ((int)lp.size() != q.shape(0)) throw std::invalid_argument("attention: left_pad needs one entry per row");
+    ins.push_back(lp);
+  }
+  mx::Shape s = {q.shape(0), q.shape(2), q.shape(1) * q.shape(3)};
+  if (hole < 0 || hole > k.shape(2)) throw std::invalid_argument("attention: hole must lie within the cache");
+  return array(s, mx::float32, std::make_shared<Attention>(cpu_stream(), scale, left_pad.has_value(), hole), ins);
+}
+
+// ---------------------------------------------------------------------------------------------
+class Select : public mx::Primitive {
+ public:
+  explicit Select(mx::Stream s) : Primitive(s) {}
+  void eval_cpu(const std::vector<array>& in, std::vector<array>& outs) override {
+    for (auto& o : outs) alloc(o);
+    auto& enc = mx::cpu::get_command_encoder(stream());
+    std::vector<array> ins, os;
+    for (auto& a : in) ins.push_back(array::unsafe_weak_copy(a));
+    for (auto& a : outs) os.push_back(array::unsafe_weak_copy(a));
+    enc.dispatch([ins = std::move(ins), os = std::move(os)]() mutable {
+      std::shared_ptr<std::vector<float>> h;
+      const float* lg = contiguous_f32(ins[0], h);
+      int B = ins[0].shape(0), V = ins[0].shape(1);
+      targ::select_rows(lg, B, V, ins[1].data<float>(), ins[2].data<float>(), os[0].data<int32_t>(), os[1].data<float>(),
+                        os[2].data<float>(), os[3].data<float>());
+    });
+  }
+  bool is_equivalent(const Primitive&) const override { return true; }
+  TARG_PRIMITIVE_COMMON(TargSelect)
+};
+
+std::tuple<array, array, array, array> op_select(const array& logits, const array& inv_temp, const array& u) {
+  array lg = as_f32(logits);
+  if (lg.ndim() != 2) throw std::invalid_argument("select: logits must be (B, V)");
+  int B = lg.shape(0);
+  auto vec = [&](const array& a) {
+    array f = mx::contiguous(mx::broadcast_to(as_f32(mx::reshape(a, {-1}, cpu_stream())), {B}, cpu_stream()), false, cpu_stream());
+    return f;
+  };
+  mx::Shape s = {B};
+  auto outs = array::make_arrays({s, s, s, s}, {mx::int32, mx::float32, mx::float32, mx::float32},
+                                 std::make_shared<Select>(cpu_stream()), {lg, vec(inv_temp), vec(u)});
+  return {outs[0], outs[1], outs[2], outs[3]};
+}
+
+std::string simd_level() {
+#if TARG_AVX512
+  return "avx512-vnni";
+#elif TARG_AVX2
+  return "avx2";
+#else
+  return "scalar";
+#endif
+}
+
+}  // namespace
+
+NB_MODULE(_targ_native, m) {
+  m.doc() = "targ-mlx CPU kernels as MLX primitives (see targ_mlx/native)";
+  m.def("qlinear", &op_qlinear, nb::arg("x"), nb::arg("q"), nb::arg("scales"), nb::arg("biases"), nb::arg("bits"),
+        nb::arg("bias") = nb::none(), nb::arg("residual") = nb::none(),
+        "x @ W.T (+ bias) (+ residual) for packed 4/8-bit W; float32 out");
+  m.def("rms_norm", &op_rms_norm, nb::arg("x"), nb::arg("weight"), nb::arg("eps"));
+  m.def("add_rms_norm", &op_add_rms_norm, nb::arg("x"), nb::arg("r"), nb::arg("weight"), nb::arg("eps"),
+        "(h, rms_norm(h)) with h = x + r");
+  m.def("rope_table", &op_rope_table, nb::arg("positions"), nb::arg("inv_freq"), nb::arg("batch"), nb::arg("length"),
+        nb::arg("scale") = 1.0f);
+  m.def("rope_split", &op_rope_split, nb::arg("qkv"), nb::arg("cos"), nb::arg("sin"), nb::arg("n_heads"),
+        nb::arg("n_kv_heads"), nb::arg("head_dim"), nb::arg("traditional"));
+  m.def("swiglu", &op_swiglu, nb::arg("gate_up"));
+  m.def("embed", &op_embed, nb::arg("ids"), nb::arg("q"), nb::arg("scales"), nb::arg("biases"), nb::arg("bits"));
+  m.def("attention", &op_attention, nb::arg("q"), nb::arg("keys"), nb::arg("values"), nb::arg("scale"),
+        nb::arg("left_pad") = nb::none(), nb::arg("hole") = 0,
+        "softmax(q k^T * scale) v per row, hiding keys [hole, hole + left_pad[b]) and future positions");
+  m.def("select", &op_select, nb::arg("logits"), nb::arg("inv_temp"), nb::arg("u"),
+        "(token, entropy, gap, logprob) per row; inv_temp 0 = greedy");
+  m.def("simd", &simd_level);
+  m.def("threads", [] { return targ::pool().size(); });
+}

@@ -1,0 +1,267 @@
+// Quantized matrix product y = x W^T for float32 activations and 4- or 8-bit weights.
+//
+// Weights use the affine scheme of MLX and GGUF Q4_1/Q8_0: w = scale * q + bias per group of 32
+// along K. They are stored in tiles of 16 output columns (native/pack.py): for each tile and
+// group, the 32 rows k of 16 values each, so one vector load dequantizes w[k, n..n+15] and the
+// product is a stream of fused multiply-adds with broadcast activations, as in an sgemm kernel.
+// Activations stay float32 (no int8 rounding), so results match the MLX model's up to the order
+// of additions; and that order is fixed: y[m, n] is the sequential sum over k = 0..K-1 whatever
+// M is, so a row's result does not depend on the batch it is in.
+//
+// 4-bit tiles hold two rows k per byte: byte (kp, lane) = q[2kp][lane] | q[2kp+1][lane] << 4.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "pool.h"
+#include "simd.h"
+
+namespace targ {
+
+constexpr int QG = 32;  // group size along K
+constexpr int NT = 16;  // output columns per tile
+
+struct QMat {
+  const uint8_t* q;    // tiles of NT columns, see above
+  const void* scales;  // per (tile, group, lane), float16 or float32
+  const void* biases;
+  bool half;
+  int N, K, bits;
+  int tile_bytes() const { return K * NT * bits / 8; }
+  int group_bytes() const { return QG * NT * bits / 8; }
+};
+
+inline float half_to_float(uint16_t h) {
+#if defined(__F16C__)
+  return _cvtsh_ss(h);
+#else
+  uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff, f;
+  if (exp == 0) {
+    if (mant == 0) f = sign;
+    else {
+      exp = 127 - 15 + 1;
+      while (!(mant & 0x400)) { mant <<= 1; exp--; }
+      f = sign | (exp << 23) | ((mant & 0x3ff) << 13);
+    }
+  } else if (exp == 31) f = sign | 0x7f800000u | (mant << 13);
+  else f = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  float out;
+  std::memcpy(&out, &f, 4);
+  return out;
+#endif
+}
+
+// NT scales (or biases) of one (tile, group) as float32.
+inline void load16(const void* base, bool half, size_t idx, float* out) {
+  if (!half) {
+    std::memcpy(out, (const float*)base + idx, NT * sizeof(float));
+    return;
+  }
+  const uint16_t* h = (const uint16_t*)base + idx;
+#if defined(__F16C__) && (TARG_AVX512 || TARG_AVX2)
+  _mm256_storeu_ps(out, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)h)));
+  _mm256_storeu_ps(out + 8, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(h + 8))));
+#else
+  for (int l = 0; l < NT; l++) out[l] = half_to_float(h[l]);
+#endif
+}
+
+// The quantized value of row k (within its group) of a tile's group, lane l.
+inline int qval(const QMat& W, const uint8_t* grp, int k, int l) {
+  if (W.bits == 8) return grp[k * NT + l];
+  uint8_t b = grp[(k / 2) * NT + l];
+  return k % 2 ? b >> 4 : b & 0x0f;
+}
+
+// Dequantize one tile (K x NT floats, row k contiguous) -- the same arithmetic as the fused
+// kernels below: w = fma(q, scale, bias).
+inline void dequant_tile(const QMat& W, int t, float* out) {
+  const int G = W.K / QG;
+  float s[NT], b[NT];
+  for (int g = 0; g < G; g++) {
+    const uint8_t* grp = W.q + (size_t)t * W.tile_bytes() + (size_t)g * W.group_bytes();
+    load16(W.scales, W.half, ((size_t)t * G + g) * NT, s);
+    load16(W.biases, W.half, ((size_t)t * G + g) * NT, b);
+    for (int k = 0; k < QG; k++) {
+      float* o = out + (size_t)(g * QG + k) * NT;
+#if TARG_AVX512
+      __m512i qi;
+      if (W.bits == 8) {
+        qi = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(grp + k * NT)));
+      } else {
+        __m128i v = _mm_loadu_si128((const __m128i*)(grp + (k / 2) * NT));
+        v = (k % 2) ? _mm_srli_epi16(v, 4) : v;
+        qi = _mm512_cvtepu8_epi32(_mm_and_si128(v, _mm_set1_epi8(0x0f)));
+      }
+      _mm512_storeu_ps(o, _mm512_fmadd_ps(_mm512_cvtepi32_ps(qi), _mm512_loadu_ps(s), _mm512_loadu_ps(b)));
+#else
+      for (int l = 0; l < NT; l++) o[l] = std::fma((float)qval(W, grp, k, l), s[l], b[l]);
+#endif
+    }
+  }
+}
+
+// y[m, tile columns] for rows [m0, m0 + MT) from a dequantized tile panel (K x NT).
+template <int MT>
+inline void panel_rows(const float* panel, int K, const float* x, int m0, float* acc_out) {
+#if TARG_AVX512
+  __m512 acc[MT];
+  for (int m = 0; m < MT; m++) acc[m] = _mm512_setzero_ps();
+  for (int k = 0; k < K; k++) {
+    __m512 w = _mm512_loadu_ps(panel + (size_t)k * NT);
+    for (int m = 0; m < MT; m++) acc[m] = _mm512_fmadd_ps(_mm512_set1_ps(x[(size_t)(m0 + m) * K + k]), w, acc[m]);
+  }
+  for (int m = 0; m < MT; m++) _mm512_storeu_ps(acc_out + m * NT, acc[m]);
+#else
+  float acc[MT][NT] = {};
+  for (int k = 0; k < K; k++) {
+    const float* w = panel + (size_t)k * NT;
+    for (int m = 0; m < MT; m++) {
+      float xv = x[(size_t)(m0 + m) * K + k];
+      for (int l = 0; l < NT; l++) acc[m][l] = std::fma(xv, w[l], acc[m][l]);
+    }
+  }
+  std::memcpy(acc_out, acc, sizeof(acc));
+#endif
+}
+
+#if TARG_AVX512
+// Few rows (decode): dequantize in registers and multiply at once, TT tiles side by side so
+// the sequential k-sums of different tiles overlap. Same arithmetic, in the same order, as
+// dequant_tile + panel_rows.
+template <int BITS, int MT, int TT>
+inline void fused_tiles(const QMat& W, int t0, const float* x, int m0, float* acc_out /* MT x TT*NT */) {
+  const int K = W.K, G = K / QG;
+  __m512 acc[MT][TT];
+  for (int m = 0; m < MT; m++)
+    for (int j = 0; j < TT; j++) acc[m][j] = _mm512_setzero_ps();
+  const __m128i low = _mm_set1_epi8(0x0f);
+  for (int g = 0; g < G; g++) {
+    __m512 s[TT], b[TT];
+    const uint8_t* grp[TT];
+    for (int j = 0; j < TT; j++) {
+      float sf[NT], bf[NT];
+      load16(W.scales, W.half, ((size_t)(t0 + j) * G + g) * NT, sf);
+      load16(W.biases, W.half, ((size_t)(t0 + j) * G + g) * NT, bf);
+      s[j] = _mm512_loadu_ps(sf), b[j] = _mm512_loadu_ps(bf);
+      grp[j] = W.q + (size_t)(t0 + j) * W.tile_bytes() + (size_t)g * W.group_bytes();
+    }
+    const float* xg = x + g * QG;
+    if constexpr (BITS == 4) {
+      for (int kp = 0; kp < QG / 2; kp++) {
+        for (int j = 0; j < TT; j++) {
+          __m128i v = _mm_loadu_si128((const __m128i*)(grp[j] + kp * NT));
+          __m512 w0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(v, low))), s[j], b[j]);
+          __m512 w1 = _mm512_fmadd_ps(
+              _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(v, 4), low))), s[j], b[j]);
+          for (int m = 0; m < MT; m++) {
+            const float* xr = xg + (size_t)(m0 + m) * K + 2 * kp;
+            acc[m][j] = _mm512_fmadd_ps(_mm512_set1_ps(xr[0]), w0, acc[m][j]);
+            acc[m][j] = _mm512_fmadd_ps(_mm512_set1_ps(xr[1]), w1, acc[m][j]);
+          }
+        }
+      }
+    } else {
+      for (int k = 0; k < QG; k++) {
+        for (int j = 0; j < TT; j++) {
+          __m512 w = _mm512_fmadd_ps(
+              _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(grp[j] + k * NT)))), s[j], b[j]);
+          for (int m = 0; m < MT; m++)
+            acc[m][j] = _mm512_fmadd_ps(_mm512_set1_ps(xg[(size_t)(m0 + m) * K + k]), w, acc[m][j]);
+        }
+      }
+    }
+  }
+  for (int m = 0; m < MT; m++)
+    for (int j = 0; j < TT; j++) _mm512_storeu_ps(acc_out + (size_t)m * TT * NT + j * NT, acc[m][j]);
+}
+#endif
+
+inline void finish(const float* acc, int m, int n0, int cols, float* y, int ldy, const float* residual,
+                   const float* bias) {
+  float* yr = y + (size_t)m * ldy + n0;
+  for (int l = 0; l < cols; l++) {
+    float v = acc[l];
+    if (bias) v += bias[n0 + l];
+    if (residual) v += residual[(size_t)m * ldy + n0 + l];
+    yr[l] = v;
+  }
+}
+
+#if TARG_AVX512
+// Rows [m0, m0 + MT) over tiles [t0, t1), TT tiles at a time.
+template <int BITS, int MT, int TT>
+void fused_rows(const QMat& W, const float* x, int m0, int t0, int t1, float* y, int ldy, const float* residual,
+                const float* bias) {
+  alignas(64) float acc[MT * TT * NT];
+  int t = t0;
+  for (; t + TT <= t1; t += TT) {
+    fused_tiles<BITS, MT, TT>(W, t, x, m0, acc);
+    for (int m = 0; m < MT; m++) finish(acc + (size_t)m * TT * NT, m0 + m, t * NT, TT * NT, y, ldy, residual, bias);
+  }
+  for (; t < t1; t++) {
+    fused_tiles<BITS, MT, 1>(W, t, x, m0, acc);
+    for (int m = 0; m < MT; m++) finish(acc + (size_t)m * NT, m0 + m, t * NT, NT, y, ldy, residual, bias);
+  }
+}
+
+template <int BITS>
+void fused(const QMat& W, const float* x, int M, int t0, int t1, float* y, int ldy, const float* residual,
+           const float* bias) {
+  int m = 0;
+  for (; m + 4 <= M; m += 4) fused_rows<BITS, 4, 2>(W, x, m, t0, t1, y, ldy, residual, bias);
+  for (; m + 2 <= M; m += 2) fused_rows<BITS, 2, 4>(W, x, m, t0, t1, y, ldy, residual, bias);
+  for (; m < M; m++) fused_rows<BITS, 1, 4>(W, x, m, t0, t1, y, ldy, residual, bias);
+}
+#endif
+
+// Rows at or below which the fused kernel runs; above, each tile is dequantized once into a
+// panel that every block of 8 rows reuses (prefill). Both give bit-identical rows.
+constexpr int kFusedMaxRows = 8;
+
+// Tiles [t0, t1) for all M rows.
+inline void qgemm_tiles(const QMat& W, const float* x, int M, int t0, int t1, float* y, int ldy,
+                        const float* residual, const float* bias) {
+  const int K = W.K;
+#if TARG_AVX512
+  if (M <= kFusedMaxRows) {
+    if (W.bits == 4) fused<4>(W, x, M, t0, t1, y, ldy, residual, bias);
+    else fused<8>(W, x, M, t0, t1, y, ldy, residual, bias);
+    return;
+  }
+#endif
+  std::vector<float> panel((size_t)K * NT);
+  alignas(64) float acc[8 * NT];
+  // Rows in blocks that stay in L2 while every tile of the range passes over them.
+  const int MB = std::max(8, (256 * 1024 / (K * (int)sizeof(float))) / 8 * 8);
+  for (int mb = 0; mb < M; mb += MB) {
+    const int me = std::min(M, mb + MB);
+    for (int t = t0; t < t1; t++) {
+      dequant_tile(W, t, panel.data());
+      int m = mb;
+      for (; m + 8 <= me; m += 8) {
+        panel_rows<8>(panel.data(), K, x, m, acc);
+        for (int i = 0; i < 8; i++) finish(acc + i * NT, m + i, t * NT, NT, y, ldy, residual, bias);
+      }
+      for (; m < me; m++) {
+        panel_rows<1>(panel.data(), K, x, m, acc);
+        finish(acc, m, t * NT, NT, y, ldy, residual, bias);
+      }
+    }
+  }
+}
+
+// y (M x N, row stride ldy) = x (M x K) W^T [+ bias] [+ residual (same layout as y)]
+inline void qgemm(const QMat& W, const float* x, int M, float* y, int ldy, const float* residual, const float* bias) {
+  const int tiles = W.N / NT;
+  long work = (long)M * W.N * W.K;
+  auto body = [&](int a, int b) { qgemm_tiles(W, x, M, a, b, y, ldy, residual, bias); };
+  if (work < (1 << 18)) body(0, tiles);
+  else parallel_range(tiles, 4, 4, body);
+}
+
+}  // namespace targ

@@ -1,0 +1,173 @@
+"""A llama/qwen2-family decoder forward on the CPU kernels, over an mlx-lm model's weights.
+
+`NativeLM.build(model)` repacks the weights of an mlx-lm `llama`/`qwen2`/`mistral` model (q|k|v
+and gate|up fused) and runs the same computation as the mlx-lm forward with ~12 kernel calls
+per layer instead of ~150 MLX ops. It reads and writes mlx-lm's own `KVCache` and
+`BatchKVCache`, so caches, left padding and row repetition work as with the mlx-lm model.
+Anything else (other architectures, sliding windows, rotating or quantized caches) is reported
+by `unsupported(model)` and runs on the mlx-lm model instead.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models.cache import BatchKVCache, KVCache
+
+from targ_mlx.native import pack
+from targ_mlx.native.pack import Packed
+
+ARCHS = ("llama", "qwen2", "mistral")
+
+
+def _linear(layer: nn.Module) -> tuple[Packed, mx.array | None]:
+    bias = getattr(layer, "bias", None) if "bias" in layer else None
+    if isinstance(layer, nn.QuantizedLinear):
+        p = pack.from_quantized(layer.weight, layer.scales, layer.biases, layer.bits, layer.group_size)
+    elif isinstance(layer, nn.Linear):
+        p = pack.from_float(layer.weight)
+    else:
+        raise TypeError(f"unsupported linear layer {type(layer).__name__}")
+    return p, (bias.astype(mx.float32) if bias is not None else None)
+
+
+def _embedding(emb: nn.Module) -> Packed:
+    if isinstance(emb, nn.QuantizedEmbedding):
+        return pack.from_quantized(emb.weight, emb.scales, emb.biases, emb.bits, emb.group_size)
+    return pack.from_float(emb.weight)
+
+
+def _rope(rope: nn.Module) -> tuple[mx.array, float, bool, int]:
+    """(inverse frequencies, position scale, traditional, rotated dims) as mx.fast.rope uses them."""
+    if isinstance(rope, nn.RoPE):
+        half = rope.dims // 2
+        inv = mx.exp(mx.arange(0, -half, -1, dtype=mx.float32) * (math.log(rope.base) / half))
+        return inv, float(rope.scale), bool(rope.traditional), int(rope.dims)
+    freqs = getattr(rope, "_freqs", None)
+    if freqs is not None and type(rope).__name__ == "Llama3RoPE":
+        return (1.0 / freqs).astype(mx.float32), 1.0, bool(rope.traditional), int(rope.dims)
+    raise TypeError(f"unsupported RoPE variant {type(rope).__name__}")
+
+
+def unsupported(model: nn.Module) -> str | None:
+    """Why the kernels cannot run this model, or None if they can."""
+    args = getattr(model, "args", None)
+    arch = getattr(args, "model_type", None)
+    if arch not in ARCHS:
+        return f"architecture {arch!r} (supported: {', '.join(ARCHS)})"
+    if any(t != "full_attention" for t in (getattr(args, "layer_types", None) or [])):
+        return "sliding-window attention layers"
+    if getattr(args, "sliding_window", None) and arch == "mistral":
+        return "sliding-window attention"
+    try:
+        layer = model.model.layers[0]
+        _rope(layer.self_attn.rope)
+        if any(math.prod(p.shape) and p.shape[-1] % 32 for p in (layer.self_attn.q_proj.weight,)):
+            pass
+    except (AttributeError, TypeError) as e:
+        return str(e)
+    if args.hidden_size % 32 or args.intermediate_size % 32:
+        return "hidden or intermediate size not a multiple of 32"
+    return None
+
+
+@dataclass
+class _Layer:
+    norm_in: mx.array
+    qkv: Packed
+    qkv_bias: mx.array | None
+    o: Packed
+    o_bias: mx.array | None
+    norm_post: mx.array
+    gate_up: Packed
+    gate_up_bias: mx.array | None
+    down: Packed
+    down_bias: mx.array | None
+
+
+def _cat_bias(parts: list[mx.array | None], sizes: list[int]) -> mx.array | None:
+    if all(b is None for b in parts):
+        return None
+    return mx.concatenate([b if b is not None else mx.zeros((n,), mx.float32) for b, n in zip(parts, sizes)])
+
+
+class NativeLM:
+    """Forward passes of a decoder on the CPU kernels; see the module docstring."""
+
+    def __init__(self, ops, layers: list[_Layer], embed: Packed, head: Packed, norm: mx.array, eps: float,
+                 n_heads: int, n_kv_heads: int, head_dim: int, scale: float, rope: tuple):
+        self.ops, self.layers, self.embed, self.head_w, self.norm, self.eps = ops, layers, embed, head, norm, eps
+        self.n_heads, self.n_kv_heads, self.head_dim, self.scale = n_heads, n_kv_heads, head_dim, scale
+        self.inv_freq, self.rope_scale, self.traditional, _ = rope
+
+    @classmethod
+    def build(cls, model: nn.Module, ops) -> "NativeLM":
+        why = unsupported(model)
+        if why:
+            raise ValueError(f"the CPU kernels do not support this model: {why}")
+        args = model.args
+        layers = []
+        for blk in model.model.layers:
+            at, mlp = blk.self_attn, blk.mlp
+            (q, qb), (k, kb), (v, vb) = _linear(at.q_proj), _linear(at.k_proj), _linear(at.v_proj)
+            o, ob = _linear(at.o_proj)
+            (g, gb), (u, ub) = _linear(mlp.gate_proj), _linear(mlp.up_proj)
+            d, db = _linear(mlp.down_proj)
+            layers.append(_Layer(
+                norm_in=blk.input_layernorm.weight.astype(mx.float32),
+                qkv=pack.concat([q, k, v]), qkv_bias=_cat_bias([qb, kb, vb], [q.shape[0], k.shape[0], v.shape[0]]),
+                o=o, o_bias=ob, norm_post=blk.post_attention_layernorm.weight.astype(mx.float32),
+                gate_up=pack.concat([g, u]), gate_up_bias=_cat_bias([gb, ub], [g.shape[0], u.shape[0]]),
+                down=d, down_bias=db,
+            ))
+        embed = _embedding(model.model.embed_tokens)
+        lm_head = getattr(model, "lm_head", None)
+        head = embed if lm_head is None or getattr(args, "tie_word_embeddings", False) else _linear(lm_head)[0]
+        at0 = model.model.layers[0].self_attn
+        head_dim = at0.head_dim if hasattr(at0, "head_dim") else args.hidden_size // args.num_attention_heads
+        mx.eval([x for l in layers for x in (l.qkv.q, l.gate_up.q)])
+        return cls(ops, layers, embed, head, model.model.norm.weight.astype(mx.float32), float(args.rms_norm_eps),
+                   at0.n_heads, at0.n_kv_heads, int(head_dim), float(at0.scale), _rope(at0.rope))
+
+    @property
+    def nbytes(self) -> int:
+        total = self.embed.nbytes + (0 if self.head_w is self.embed else self.head_w.nbytes)
+        for l in self.layers:
+            total += l.qkv.nbytes + l.o.nbytes + l.gate_up.nbytes + l.down.nbytes
+        return total
+
+    def _positions(self, c: Any) -> tuple[mx.array, mx.array | None, int]:
+        """(RoPE position of each row's next token, per-row padding, where the padding starts)."""
+        if isinstance(c, BatchKVCache):
+            return c.offset, c.left_padding, int(getattr(c, "prefix_len", 0))
+        if isinstance(c, KVCache):
+            return mx.array([c.offset], dtype=mx.int32), None, 0
+        raise TypeError(f"the CPU kernels support KVCache and BatchKVCache, not {type(c).__name__}")
+
+    def hidden(self, tokens: mx.array, cache: list[Any]) -> mx.array:
+        """Final-norm hidden states (B, L, H) for tokens (B, L); advances every layer's cache."""
+        N = self.ops
+        B, L = tokens.shape
+        x = N.embed(tokens, *self.embed.args())
+        pos, pad, hole = self._positions(cache[0])
+        cos, sin = N.rope_table(pos, self.inv_freq, B, L, self.rope_scale)
+        for layer, c in zip(self.layers, cache):
+            xn = N.rms_norm(x, layer.norm_in, self.eps)
+            qkv = N.qlinear(xn, *layer.qkv.args(), bias=layer.qkv_bias)
+            q, k, v = N.rope_split(qkv, cos, sin, self.n_heads, self.n_kv_heads, self.head_dim, self.traditional)
+            keys, values = c.update_and_fetch(k, v)
+            a = N.attention(q, keys, values, self.scale, pad, hole)
+            h = N.qlinear(a, *layer.o.args(), bias=layer.o_bias, residual=x)
+            gu = N.qlinear(N.rms_norm(h, layer.norm_post, self.eps), *layer.gate_up.args(), bias=layer.gate_up_bias)
+            x = N.qlinear(N.swiglu(gu), *layer.down.args(), bias=layer.down_bias, residual=h)
+        return N.rms_norm(x, self.norm, self.eps)
+
+    def head(self, h: mx.array) -> mx.array:
+        return self.ops.qlinear(h, *self.head_w.args())
+
+    def __call__(self, tokens: mx.array, cache: list[Any]) -> mx.array:
+        return self.head(self.hidden(tokens, cache))

@@ -1,0 +1,152 @@
+"""Repack weights for the CPU kernels: 4- or 8-bit affine groups of 32 along K, in tiles of 16
+output columns.
+
+MLX's own quantized layers (and Q4_0/Q4_1/Q8_0 GGUF tensors, which `mx.load` returns in that
+form) already store w = scale * q + bias per group, so repacking is exact: groups of 64 or 128
+are split into groups of 32 sharing a scale. The kernels read a tile's group as 32 rows k of
+16 columns (`csrc/qgemm.h`); a 4-bit byte holds rows 2j and 2j+1 of one column. Float weights
+are quantized to 8 bits (error at most half a step of 1/255 of each group's range).
+
+The arrays keep matrix-like shapes, (N, K * bits / 8) and (N, K / 32), but their memory is in
+tile order: rows 16t..16t+15 of each array are tile t, so stacking matrices along N is a plain
+concatenation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mlx.core as mx
+import numpy as np
+
+QG = 32
+NT = 16  # output columns per tile
+
+
+@dataclass(frozen=True)
+class Packed:
+    q: mx.array  # (N, K * bits / 8) uint8
+    scales: mx.array  # (N, K / 32) float16 or float32
+    biases: mx.array
+    bits: int
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return int(self.q.shape[0]), int(self.q.shape[1]) * 8 // self.bits
+
+    @property
+    def nbytes(self) -> int:
+        return self.q.nbytes + self.scales.nbytes + self.biases.nbytes
+
+    def args(self) -> tuple[mx.array, mx.array, mx.array, int]:
+        return self.q, self.scales, self.biases, self.bits
+
+
+def _np_float(a: mx.array) -> np.ndarray:
+    if a.dtype == mx.float16:
+        return np.asarray(a)
+    return np.asarray(a.astype(mx.float32))
+
+
+def unpack_mlx(w: mx.array, bits: int) -> np.ndarray:
+    """MLX-packed uint32 rows -> (N, K) unsigned values."""
+    b = np.asarray(w).view(np.uint8)
+    if bits == 8:
+        return b
+    if bits == 4:
+        out = np.empty((b.shape[0], b.shape[1] * 2), np.uint8)
+        out[:, 0::2] = b & 0x0F
+        out[:, 1::2] = b >> 4
+        return out
+    raise ValueError(f"unpack_mlx handles 4 and 8 bits, got {bits}")
+
+
+def from_values(vals: np.ndarray, scales: np.ndarray, biases: np.ndarray, bits: int) -> Packed:
+    """(N, K) unsigned values with per-32 scales/biases (N, K/32) -> Packed."""
+    n, k = vals.shape
+    if k % QG or n % NT:
+        raise ValueError(f"the CPU kernels need K divisible by {QG} and N by {NT}, got N={n}, K={k}")
+    g = k // QG
+    v = vals.reshape(n // NT, NT, g, QG).transpose(0, 2, 3, 1)  # (tile, group, k, lane)
+    if bits == 4:
+        v = v[:, :, 0::2, :] | (v[:, :, 1::2, :] << 4)
+    q = np.ascontiguousarray(v, dtype=np.uint8).reshape(n, k * bits // 8)
+    dt = np.float16 if scales.dtype == np.float16 and biases.dtype == np.float16 else np.float32
+
+    def tiled(a):
+        return np.ascontiguousarray(a.reshape(n // NT, NT, g).transpose(0, 2, 1), dtype=dt).reshape(n, g)
+
+    return Packed(mx.array(q), mx.array(tiled(scales)), mx.array(tiled(biases)), bits)
+
+
+def from_quantized(w: mx.array, scales: mx.array, biases: mx.array, bits: int, group_size: int) -> Packed:
+    """From an MLX affine-quantized matrix (QuantizedLinear / QuantizedEmbedding / mx.quantize)."""
+    if bits not in (4, 8) or group_size % QG:
+        # other widths: dequantize and requantize to 8 bits
+        return from_float(mx.dequantize(w, scales, biases, group_size=group_size, bits=bits))
+    vals = unpack_mlx(w, bits)
+    rep = group_size // QG
+    s, b = _np_float(scales), _np_float(biases)
+    if rep > 1:
+        s, b = np.repeat(s, rep, axis=1), np.repeat(b, rep, axis=1)
+    return from_values(vals, s, b, bits)
+
+
+def from_float(w: mx.array, bits: int = 8) -> Packed:
+    """Quantize a float matrix (N, K) to `bits` per group of 32 (min/max affine)."""
+    a = np.asarray(w.astype(mx.float32))
+    n, k = a.shape
+    if k % QG:
+        raise ValueError(f"the CPU kernels need K divisible by {QG} and N by {NT}, got N={n}, K={k}")
+    g = a.reshape(n, k // QG, QG)
+    lo, hi = g.min(-1), g.max(-1)
+    levels = (1 << bits) - 1
+    scale = (hi - lo) / levels
+    safe = np.where(scale > 0, scale, 1.0)
+    q = np.clip(np.rint((g - lo[..., None]) / safe[..., None]), 0, levels).astype(np.uint8).reshape(n, k)
+    return from_values(q, scale.astype(np.float32), lo.astype(np.float32), bits)
+
+
+def _untile(a: np.ndarray, n: int, g: int) -> np.ndarray:
+    return a.reshape(n // NT, g, NT).transpose(0, 2, 1).reshape(n, g)
+
+
+def to_values(p: Packed) -> np.ndarray:
+    """Packed -> (N, K) unsigned values (the inverse of the layout; for tests and concatenation)."""
+    n, k = p.shape
+    g = k // QG
+    q = np.asarray(p.q).reshape(n // NT, g, -1, NT)  # (tile, group, rows of bytes, lane)
+    if p.bits == 4:
+        v = np.empty((n // NT, g, QG, NT), np.uint8)
+        v[:, :, 0::2, :], v[:, :, 1::2, :] = q & 0x0F, q >> 4
+    else:
+        v = q
+    return np.ascontiguousarray(v.transpose(0, 3, 1, 2)).reshape(n, k)
+
+
+def scales_biases(p: Packed) -> tuple[np.ndarray, np.ndarray]:
+    """(N, K/32) float32 scales and biases in row order."""
+    n, k = p.shape
+    return (_untile(_np_float(p.scales).astype(np.float32), n, k // QG),
+            _untile(_np_float(p.biases).astype(np.float32), n, k // QG))
+
+
+def dequantize(p: Packed) -> mx.array:
+    """The float32 matrix a Packed stands for."""
+    s, b = scales_biases(p)
+    vals = to_values(p).astype(np.float32)
+    return mx.array(vals * np.repeat(s, QG, axis=1) + np.repeat(b, QG, axis=1))
+
+
+def concat(parts: list[Packed]) -> Packed:
+    """Stack matrices along N (fused q|k|v or gate|up). 4-bit parts join 8-bit ones as 8-bit
+    values in 0..15 with the same scales, which is exact."""
+    if len({p.shape[1] for p in parts}) != 1:
+        raise ValueError("concat needs the same K for every part")
+    bits = max(p.bits for p in parts)
+    if all(p.bits == bits for p in parts) and len({p.scales.dtype for p in parts}) == 1:
+        return Packed(mx.concatenate([p.q for p in parts]), mx.concatenate([p.scales for p in parts]),
+                      mx.concatenate([p.biases for p in parts]), bits)
+    vals = np.concatenate([to_values(p) for p in parts])
+    sb = [scales_biases(p) for p in parts]
+    return from_values(vals, np.concatenate([x[0] for x in sb]), np.concatenate([x[1] for x in sb]), bits)
