@@ -422,7 +422,7 @@ std::tuple<array, array, array, array> op_select(const array& logits, const arra
 
 std::string simd_level() {
 #if TARG_AVX512
-  return "avx512-vnni";
+  return "avx512";
 #elif TARG_AVX2
   return "avx2";
 #else

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstdint>
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#if defined(__AVX512F__)
 #define TARG_AVX512 1
 #include <immintrin.h>
 #elif defined(__AVX2__) && defined(__FMA__)
