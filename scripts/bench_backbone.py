@@ -1,8 +1,13 @@
 """Backbone speed: MLX (this project's loader) vs llama.cpp on the same GGUF, side by side.
 
 Each round times, back to back on the same prompt: MLX prefill, MLX greedy decode, llama.cpp
-prefill, llama.cpp greedy decode; ratios are taken per round (the machine is shared and
-noisy) and their medians reported. Variants show where MLX's time goes on CPU.
+prefill, llama.cpp greedy decode; each MLX run is bracketed by two llama.cpp runs and ratios
+are taken per round (the machine is shared and noisy), medians reported. Variants:
+
+    kernels         the default on CPU: the GGUF's own 4/8-bit weights on targ_mlx.native
+    kernels-batch6  the same, 6 rows decoded together (the variance gate's draft)
+    mlx-fp32        mlx-lm's own layers, weights dequantized to float32, OpenBLAS (no kernels)
+    mlx-q4          mlx-lm's own quantized layers (MLX's CPU quantized matmul; no kernels)
 
     python scripts/bench_backbone.py --rounds 5 --output-dir runs/bench_backbone
 """
@@ -22,7 +27,8 @@ import targ_mlx  # noqa: F401  (binds OpenBLAS before mlx.core)
 import mlx.core as mx
 import numpy as np
 
-from targ_mlx._blas import BLAS_STATUS, set_blas_threads
+from targ_mlx import native
+from targ_mlx._blas import BLAS_STATUS
 from targ_mlx.backbone import alias_path, load_backbone
 
 TEXT = ("The history of the Roman Empire covers the history of ancient Rome from the fall of the Roman "
@@ -91,12 +97,10 @@ def roofline(bb, path):
     for _ in range(5):
         big.sum()
     bw = 5 * big.nbytes / (time.perf_counter() - t0)
-    from mlx.utils import tree_flatten
-
-    mlx_bytes = sum(v.nbytes for _, v in tree_flatten(bb.model.parameters()))
+    mlx_bytes = bb.engine.nbytes
     gguf_bytes = os.path.getsize(path)
-    return {"bandwidth_GB_s": bw / 1e9, "mlx_weight_bytes": mlx_bytes, "gguf_weight_bytes": gguf_bytes,
-            "mlx_decode_bound_tok_s": bw / mlx_bytes, "llama_decode_bound_tok_s": bw / gguf_bytes}
+    return {"bandwidth_GB_s": bw / 1e9, "kernel_weight_bytes": mlx_bytes, "gguf_weight_bytes": gguf_bytes,
+            "kernels_decode_bound_tok_s": bw / mlx_bytes, "llama_decode_bound_tok_s": bw / gguf_bytes}
 
 
 def main(argv=None):
@@ -106,8 +110,8 @@ def main(argv=None):
     ap.add_argument("--decode-tokens", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--variants", default="fp32,fp32-batch6,q4",
-                    help="comma list of fp32 | fp32-batch6 | q4 | fp32-1thread")
+    ap.add_argument("--variants", default="kernels,kernels-batch6,mlx-fp32",
+                    help="comma list of kernels | kernels-batch6 | mlx-fp32 | mlx-q4")
     ap.add_argument("--extra-bufts", action="store_true",
                     help="let llama.cpp use AMX/repacked buffers (crashes in VMs without AMX tile state)")
     ap.add_argument("--output-dir", default="runs/bench_backbone")
@@ -118,20 +122,23 @@ def main(argv=None):
         sys.exit("llama-cpp-python is not installed: pip install -e '.[bench]' (builds llama.cpp from source, ~7 min)")
     path = alias_path(args.model) if not args.model.endswith(".gguf") else args.model
     variants = args.variants.split(",")
-    models = {"fp32": load_backbone(args.model, dtype="float32")}
-    if "q4" in variants:
-        models["q4"] = load_backbone(args.model, dtype="quantized")
+    if native.ops() is None:
+        sys.exit(f"the CPU kernels are unavailable: {native.status()}")
+    models = {"kernels": load_backbone(args.model)}
+    if "mlx-fp32" in variants:
+        models["mlx-fp32"] = load_backbone(args.model, dtype="float32", kernels=False)
+    if "mlx-q4" in variants:
+        models["mlx-q4"] = load_backbone(args.model, dtype="quantized", kernels=False)
     if not args.extra_bufts:
         no_extra_bufts()
     llm = Llama(model_path=path, n_ctx=2048, n_batch=512, n_threads=args.threads, verbose=False)
-    prompt = models["fp32"].tokenizer.encode(TEXT)[: args.prompt_tokens]
+    prompt = models["kernels"].tokenizer.encode(TEXT)[: args.prompt_tokens]
     rows = {v: [] for v in variants}
     for r in range(args.rounds + 1):  # round 0 warms caches and is dropped
         ref = llama_round(llm, prompt, args.decode_tokens)
         for v in variants:
-            set_blas_threads(1 if v == "fp32-1thread" else args.threads)
-            bb = models["q4" if v == "q4" else "fp32"]
-            batch = 6 if v == "fp32-batch6" else 1
+            bb = models["kernels" if v.startswith("kernels") else v]
+            batch = 6 if v.endswith("batch6") else 1
             got = mlx_round(bb, prompt, args.decode_tokens, batch)
             ref2 = llama_round(llm, prompt, args.decode_tokens)  # bracket each MLX run
             lp = (ref[0] + ref2[0]) / 2
@@ -143,21 +150,20 @@ def main(argv=None):
                                 "llama_decode_s": ld, "prefill_ratio": lp / got[0],
                                 "decode_ratio": ld / got[1] * batch})
             ref = ref2
-        set_blas_threads(args.threads)
     summary = {}
     for v, rs in rows.items():
         med = lambda k: statistics.median(x[k] for x in rs)  # noqa: E731
         summary[v] = {
             "mlx_prefill_tok_s": args.prompt_tokens / med("mlx_prefill_s"),
-            "mlx_decode_tok_s": args.decode_tokens * (6 if v == "fp32-batch6" else 1) / med("mlx_decode_s"),
+            "mlx_decode_tok_s": args.decode_tokens * (6 if v.endswith("batch6") else 1) / med("mlx_decode_s"),
             "llama_prefill_tok_s": args.prompt_tokens / med("llama_prefill_s"),
             "llama_decode_tok_s": args.decode_tokens / med("llama_decode_s"),
             "prefill_ratio": med("prefill_ratio"),
             "decode_ratio": med("decode_ratio"),
         }
-    summary["roofline"] = roofline(models["fp32"], path)
+    summary["roofline"] = roofline(models["kernels"], path)
     meta = {"llama_cpp_extra_bufts": args.extra_bufts, "date": str(date.today()), "machine": f"{platform.machine()} {os.cpu_count()} cores, {platform.platform()}",
-            "blas": BLAS_STATUS, "model": path, "prompt_tokens": args.prompt_tokens,
+            "blas": BLAS_STATUS, "kernels": native.status(), "model": path, "prompt_tokens": args.prompt_tokens,
             "decode_tokens": args.decode_tokens, "rounds": args.rounds, "load_avg": os.getloadavg()}
     os.makedirs(args.output_dir, exist_ok=True)
     with open(os.path.join(args.output_dir, "bench_backbone.json"), "w") as f:

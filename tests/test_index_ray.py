@@ -67,7 +67,10 @@ def test_sharded_search_recall_vs_exact(ray_index, small_index_dir, small_index_
     assert recall >= 0.99, recall
     assert all(len(a) == 5 for a in approx)
     assert all([p.score for p in a] == sorted((p.score for p in a), reverse=True) for a in approx)
-    assert sharded.search(small_index_questions[0]["question"], k=5) == approx[0]
+    one = sharded.search(small_index_questions[0]["question"], k=5)
+    # the same passages; a query encoded alone and in a batch of 50 differ in the last float bits
+    assert [p.key for p in one] == [p.key for p in approx[0]]
+    assert [p.score for p in one] == pytest.approx([p.score for p in approx[0]], abs=1e-5)
 
 
 def test_info_reports_the_union(ray_index, capsys):

@@ -44,7 +44,10 @@ def test_retriever_finds_gold_passages(small_index_dir, small_index_questions):
     assert len(top) == 5 and all(isinstance(p, Passage) for p in top)
     assert [p.score for p in top] == sorted((p.score for p in top), reverse=True)
     assert -1.01 <= top[-1].score <= top[0].score <= 1.01
-    assert r.search(questions[0], k=5) == top
+    one = r.search(questions[0], k=5)
+    # the same passages; a query encoded alone and in a batch differs in the last float bits
+    assert [p.key for p in one] == [p.key for p in top]
+    assert [p.score for p in one] == pytest.approx([p.score for p in top], abs=1e-5)
     assert r.index.dtype.name.lower().startswith("f16")
 
 

@@ -209,13 +209,21 @@ void fused_rows(const QMat& W, const float* x, int m0, int t0, int t1, float* y,
   }
 }
 
+// All M <= 8 rows in one block, so each weight is read from memory once: more rows share each
+// dequantized vector, fewer rows take more tiles side by side (independent sums in flight).
 template <int BITS>
 void fused(const QMat& W, const float* x, int M, int t0, int t1, float* y, int ldy, const float* residual,
            const float* bias) {
-  int m = 0;
-  for (; m + 4 <= M; m += 4) fused_rows<BITS, 4, 2>(W, x, m, t0, t1, y, ldy, residual, bias);
-  for (; m + 2 <= M; m += 2) fused_rows<BITS, 2, 4>(W, x, m, t0, t1, y, ldy, residual, bias);
-  for (; m < M; m++) fused_rows<BITS, 1, 4>(W, x, m, t0, t1, y, ldy, residual, bias);
+  switch (M) {
+    case 1: fused_rows<BITS, 1, 4>(W, x, 0, t0, t1, y, ldy, residual, bias); break;
+    case 2: fused_rows<BITS, 2, 4>(W, x, 0, t0, t1, y, ldy, residual, bias); break;
+    case 3: fused_rows<BITS, 3, 2>(W, x, 0, t0, t1, y, ldy, residual, bias); break;
+    case 4: fused_rows<BITS, 4, 2>(W, x, 0, t0, t1, y, ldy, residual, bias); break;
+    case 5: fused_rows<BITS, 5, 1>(W, x, 0, t0, t1, y, ldy, residual, bias); break;
+    case 6: fused_rows<BITS, 6, 1>(W, x, 0, t0, t1, y, ldy, residual, bias); break;
+    case 7: fused_rows<BITS, 7, 1>(W, x, 0, t0, t1, y, ldy, residual, bias); break;
+    default: fused_rows<BITS, 8, 1>(W, x, 0, t0, t1, y, ldy, residual, bias); break;
+  }
 }
 #endif
 
