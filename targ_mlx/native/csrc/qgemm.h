@@ -24,6 +24,10 @@ namespace targ {
 
 constexpr int QG = 32;  // group size along K
 constexpr int NT = 16;  // output columns per tile
+#ifndef TARG_TT1
+#define TARG_TT1 4
+#endif
+constexpr int kPrefetch = 4;  // groups ahead (fused kernel)
 
 struct QMat {
   const uint8_t* q;    // tiles of NT columns, see above
@@ -150,6 +154,20 @@ inline void fused_tiles(const QMat& W, int t0, const float* x, int m0, float* ac
       s[j] = _mm512_loadu_ps(sf), b[j] = _mm512_loadu_ps(bf);
       grp[j] = W.q + (size_t)(t0 + j) * W.tile_bytes() + (size_t)g * W.group_bytes();
     }
+    // Cold weights (each decode step streams them all from memory) are read in TT separate
+    // places; the hardware prefetcher alone leaves the loads waiting on memory, so ask for the
+    // group kPrefetch ahead of each stream explicitly.
+    // Near a tile's end, the same distance lands in the tiles this thread takes next.
+    for (int j = 0; j < TT; j++) {
+      int tg = g + kPrefetch, tt = t0 + j;
+      if (tg >= G) tg -= G, tt += TT;
+      if (tt * NT >= W.N) continue;
+      const char* ahead = (const char*)(W.q + (size_t)tt * W.tile_bytes() + (size_t)tg * W.group_bytes());
+      for (int c = 0; c < QG * NT * BITS / 8; c += 64) _mm_prefetch(ahead + c, _MM_HINT_T0);
+      size_t si = ((size_t)tt * G + tg) * NT * (W.half ? 2 : 4);
+      _mm_prefetch((const char*)W.scales + si, _MM_HINT_T0);
+      _mm_prefetch((const char*)W.biases + si, _MM_HINT_T0);
+    }
     const float* xg = x + g * QG;
     if constexpr (BITS == 4) {
       for (int kp = 0; kp < QG / 2; kp++) {
@@ -215,14 +233,14 @@ template <int BITS>
 void fused(const QMat& W, const float* x, int M, int t0, int t1, float* y, int ldy, const float* residual,
            const float* bias) {
   switch (M) {
-    case 1: fused_rows<BITS, 1, 4>(W, x, 0, t0, t1, y, ldy, residual, bias); break;
+    case 1: fused_rows<BITS, 1, TARG_TT1>(W, x, 0, t0, t1, y, ldy, residual, bias); break;
     case 2: fused_rows<BITS, 2, 4>(W, x, 0, t0, t1, y, ldy, residual, bias); break;
-    case 3: fused_rows<BITS, 3, 2>(W, x, 0, t0, t1, y, ldy, residual, bias); break;
-    case 4: fused_rows<BITS, 4, 2>(W, x, 0, t0, t1, y, ldy, residual, bias); break;
-    case 5: fused_rows<BITS, 5, 1>(W, x, 0, t0, t1, y, ldy, residual, bias); break;
-    case 6: fused_rows<BITS, 6, 1>(W, x, 0, t0, t1, y, ldy, residual, bias); break;
-    case 7: fused_rows<BITS, 7, 1>(W, x, 0, t0, t1, y, ldy, residual, bias); break;
-    default: fused_rows<BITS, 8, 1>(W, x, 0, t0, t1, y, ldy, residual, bias); break;
+    case 3: fused_rows<BITS, 3, 3>(W, x, 0, t0, t1, y, ldy, residual, bias); break;
+    case 4: fused_rows<BITS, 4, 3>(W, x, 0, t0, t1, y, ldy, residual, bias); break;
+    case 5: fused_rows<BITS, 5, 2>(W, x, 0, t0, t1, y, ldy, residual, bias); break;
+    case 6: fused_rows<BITS, 6, 2>(W, x, 0, t0, t1, y, ldy, residual, bias); break;
+    case 7: fused_rows<BITS, 7, 2>(W, x, 0, t0, t1, y, ldy, residual, bias); break;
+    default: fused_rows<BITS, 8, 2>(W, x, 0, t0, t1, y, ldy, residual, bias); break;
   }
 }
 #endif
