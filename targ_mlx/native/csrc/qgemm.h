@@ -20,6 +20,10 @@
 #include "pool.h"
 #include "simd.h"
 
+#if TARG_AVX512 && defined(__AVX512VNNI__) && defined(__AVX512VBMI__) && !defined(TARG_NO_VNNI)
+#define TARG_VNNI 1
+#endif
+
 namespace targ {
 
 constexpr int QG = 32;  // group size along K
@@ -245,6 +249,158 @@ void fused(const QMat& W, const float* x, int M, int t0, int t1, float* y, int l
 }
 #endif
 
+#if TARG_VNNI
+// ---- int8 activations (CPUs with AVX512-VNNI and VBMI) ----------------------------------------
+//
+// As llama.cpp does for Q4_1/Q8_0 weights, each row's activations are quantized per group of 32
+// to int8, x ~ d * qx, and the group's dot products run in integers (vpdpbusd: 64 byte products
+// per instruction, 4x what float32 FMAs do), then fold into float: for each output column,
+//   y += d * (scale * sum(q * qx) + bias * sum(qx)).
+// Integer sums are exact, and the float fold runs group by group in the same order for every
+// row, so a row's result still does not depend on the batch it is in.
+
+struct Q8 {
+  std::vector<int8_t> q;  // M x K; for 4-bit weights each run of 8 is stored as k = 0,2,4,6,1,3,5,7
+  std::vector<float> d;   // M x G: the group's scale
+  std::vector<float> ds;  // M x G: d * sum(qx)
+  int K = 0, G = 0;
+};
+
+inline void quantize_rows(const float* x, int m0, int m1, int K, int bits, Q8& X) {
+  const int G = K / QG;
+  // within 16 bytes: two runs of 8 as even k then odd k (the 4-bit tiles' low and high nibbles)
+  const __m128i order = _mm_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
+  for (int m = m0; m < m1; m++) {
+    for (int g = 0; g < G; g++) {
+      const float* xg = x + (size_t)m * K + g * QG;
+      __m512 a0 = _mm512_loadu_ps(xg), a1 = _mm512_loadu_ps(xg + 16);
+      float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a0), _mm512_abs_ps(a1)));
+      float id = amax > 0.f ? 127.f / amax : 0.f;
+      __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(a0, _mm512_set1_ps(id)));
+      __m512i i1 = _mm512_cvtps_epi32(_mm512_mul_ps(a1, _mm512_set1_ps(id)));
+      __m128i b0 = _mm512_cvtsepi32_epi8(i0), b1 = _mm512_cvtsepi32_epi8(i1);
+      if (bits == 4) b0 = _mm_shuffle_epi8(b0, order), b1 = _mm_shuffle_epi8(b1, order);
+      int8_t* q = X.q.data() + (size_t)m * K + g * QG;
+      _mm_storeu_si128((__m128i*)q, b0);
+      _mm_storeu_si128((__m128i*)(q + 16), b1);
+      float d = amax / 127.f;
+      X.d[(size_t)m * G + g] = d;
+      X.ds[(size_t)m * G + g] = d * (float)_mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
+    }
+  }
+}
+
+// Byte (16 r + n) -> (4 n + r): 4 stored rows of a tile's 16 columns become 16 lanes of 4
+// consecutive rows each, the operand layout of vpdpbusd.
+inline __m512i vnni_order() {
+  alignas(64) int8_t idx[64];
+  for (int n = 0; n < 16; n++)
+    for (int r = 0; r < 4; r++) idx[4 * n + r] = (int8_t)(16 * r + n);
+  return _mm512_load_si512(idx);
+}
+
+template <int BITS, int MT, int TT>
+inline void q8_tiles(const QMat& W, int t0, const Q8& X, int m0, float* acc_out /* MT x TT*NT */) {
+  const int K = W.K, G = K / QG;
+  const __m512i perm = vnni_order(), low = _mm512_set1_epi8(0x0f);
+  __m512 acc[MT][TT];
+  for (int m = 0; m < MT; m++)
+    for (int j = 0; j < TT; j++) acc[m][j] = _mm512_setzero_ps();
+  for (int g = 0; g < G; g++) {
+    for (int j = 0; j < TT; j++) {  // as in fused_tiles: weights are cold, prefetch ahead
+      int tg = g + kPrefetch, tt = t0 + j;
+      if (tg >= G) tg -= G, tt += TT;
+      if (tt * NT >= W.N) continue;
+      const char* ahead = (const char*)(W.q + (size_t)tt * W.tile_bytes() + (size_t)tg * W.group_bytes());
+      for (int c = 0; c < QG * NT * BITS / 8; c += 64) _mm_prefetch(ahead + c, _MM_HINT_T0);
+      size_t si = ((size_t)tt * G + tg) * NT * (W.half ? 2 : 4);
+      _mm_prefetch((const char*)W.scales + si, _MM_HINT_T0);
+      _mm_prefetch((const char*)W.biases + si, _MM_HINT_T0);
+    }
+    for (int j = 0; j < TT; j++) {
+      const uint8_t* grp = W.q + (size_t)(t0 + j) * W.tile_bytes() + (size_t)g * W.group_bytes();
+      float sf[NT], bf[NT];
+      load16(W.scales, W.half, ((size_t)(t0 + j) * G + g) * NT, sf);
+      load16(W.biases, W.half, ((size_t)(t0 + j) * G + g) * NT, bf);
+      const __m512 s = _mm512_loadu_ps(sf), b = _mm512_loadu_ps(bf);
+      __m512i w[8];
+      if constexpr (BITS == 4) {
+        for (int i = 0; i < 4; i++) {
+          __m512i v = _mm512_permutexvar_epi8(perm, _mm512_loadu_si512(grp + 64 * i));
+          w[2 * i] = _mm512_and_si512(v, low);
+          w[2 * i + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+        }
+      } else {
+        for (int i = 0; i < 8; i++) w[i] = _mm512_permutexvar_epi8(perm, _mm512_loadu_si512(grp + 64 * i));
+      }
+      for (int m = 0; m < MT; m++) {
+        const int32_t* xq = (const int32_t*)(X.q.data() + (size_t)(m0 + m) * K + g * QG);
+        __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+        for (int i = 0; i < 8; i += 2) {
+          s0 = _mm512_dpbusd_epi32(s0, w[i], _mm512_set1_epi32(xq[i]));
+          s1 = _mm512_dpbusd_epi32(s1, w[i + 1], _mm512_set1_epi32(xq[i + 1]));
+        }
+        const size_t dg = (size_t)(m0 + m) * G + g;
+        __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), s);
+        acc[m][j] = _mm512_fmadd_ps(f, _mm512_set1_ps(X.d[dg]), acc[m][j]);
+        acc[m][j] = _mm512_fmadd_ps(b, _mm512_set1_ps(X.ds[dg]), acc[m][j]);
+      }
+    }
+  }
+  for (int m = 0; m < MT; m++)
+    for (int j = 0; j < TT; j++) _mm512_storeu_ps(acc_out + (size_t)m * TT * NT + j * NT, acc[m][j]);
+}
+
+// Rows [m0, m0 + MT) over tiles [t0, t1), TT tiles at a time.
+template <int BITS, int MT, int TT>
+void q8_rows(const QMat& W, const Q8& X, int m0, int t0, int t1, float* y, int ldy, const float* residual,
+             const float* bias) {
+  alignas(64) float acc[MT * TT * NT];
+  int t = t0;
+  for (; t + TT <= t1; t += TT) {
+    q8_tiles<BITS, MT, TT>(W, t, X, m0, acc);
+    for (int m = 0; m < MT; m++) finish(acc + (size_t)m * TT * NT, m0 + m, t * NT, TT * NT, y, ldy, residual, bias);
+  }
+  for (; t < t1; t++) {
+    q8_tiles<BITS, MT, 1>(W, t, X, m0, acc);
+    for (int m = 0; m < MT; m++) finish(acc + (size_t)m * NT, m0 + m, t * NT, NT, y, ldy, residual, bias);
+  }
+}
+
+// MT rows (1..8) at m0: fewer rows take more tiles side by side (independent sums in flight).
+template <int BITS>
+void q8_block(const QMat& W, const Q8& X, int MT, int m0, int t0, int t1, float* y, int ldy, const float* residual,
+              const float* bias) {
+  switch (MT) {
+    case 1: q8_rows<BITS, 1, 4>(W, X, m0, t0, t1, y, ldy, residual, bias); break;
+    case 2: q8_rows<BITS, 2, 4>(W, X, m0, t0, t1, y, ldy, residual, bias); break;
+    case 3: q8_rows<BITS, 3, 2>(W, X, m0, t0, t1, y, ldy, residual, bias); break;
+    case 4: q8_rows<BITS, 4, 2>(W, X, m0, t0, t1, y, ldy, residual, bias); break;
+    case 5: q8_rows<BITS, 5, 1>(W, X, m0, t0, t1, y, ldy, residual, bias); break;
+    case 6: q8_rows<BITS, 6, 1>(W, X, m0, t0, t1, y, ldy, residual, bias); break;
+    case 7: q8_rows<BITS, 7, 1>(W, X, m0, t0, t1, y, ldy, residual, bias); break;
+    default: q8_rows<BITS, 8, 1>(W, X, m0, t0, t1, y, ldy, residual, bias); break;
+  }
+}
+
+// Tiles [t0, t1) for all M rows: up to 8 rows read each weight once; more rows go in blocks of
+// 8 over each tile while it sits in L1, with the rows' int8 activations blocked to stay in L2.
+template <int BITS>
+void q8_gemm_tiles(const QMat& W, const Q8& X, int M, int t0, int t1, float* y, int ldy, const float* residual,
+                   const float* bias) {
+  if (M <= 8) {
+    q8_block<BITS>(W, X, M, 0, t0, t1, y, ldy, residual, bias);
+    return;
+  }
+  const int MB = std::max(8, (256 * 1024 / W.K) / 8 * 8);
+  for (int mb = 0; mb < M; mb += MB) {
+    const int me = std::min(M, mb + MB);
+    for (int t = t0; t < t1; t++)
+      for (int m = mb; m < me; m += 8) q8_block<BITS>(W, X, std::min(8, me - m), m, t, t + 1, y, ldy, residual, bias);
+  }
+}
+#endif
+
 // Rows at or below which the fused kernel runs; above, each tile is dequantized once into a
 // panel that every block of 8 rows reuses (prefill). Both give bit-identical rows.
 constexpr int kFusedMaxRows = 8;
@@ -285,7 +441,21 @@ inline void qgemm_tiles(const QMat& W, const float* x, int M, int t0, int t1, fl
 inline void qgemm(const QMat& W, const float* x, int M, float* y, int ldy, const float* residual, const float* bias) {
   const int tiles = W.N / NT;
   long work = (long)M * W.N * W.K;
+#if TARG_VNNI
+  Q8 X;
+  X.K = W.K, X.G = W.K / QG;
+  X.q.resize((size_t)M * W.K);
+  X.d.resize((size_t)M * X.G);
+  X.ds.resize((size_t)M * X.G);
+  if ((long)M * W.K < (1 << 16)) quantize_rows(x, 0, M, W.K, W.bits, X);
+  else parallel_range(M, 1, 16, [&](int a, int b) { quantize_rows(x, a, b, W.K, W.bits, X); });
+  auto body = [&](int a, int b) {
+    if (W.bits == 4) q8_gemm_tiles<4>(W, X, M, a, b, y, ldy, residual, bias);
+    else q8_gemm_tiles<8>(W, X, M, a, b, y, ldy, residual, bias);
+  };
+#else
   auto body = [&](int a, int b) { qgemm_tiles(W, x, M, a, b, y, ldy, residual, bias); };
+#endif
   if (work < (1 << 18)) body(0, tiles);
   else parallel_range(tiles, 4, 4, body);
 }
