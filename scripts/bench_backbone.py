@@ -41,10 +41,12 @@ def mlx_round(bb, prompt, n_decode, batch=1):
     logits = bb.prefill(prompt, cache)
     mx.eval(logits)
     t1 = time.perf_counter()
-    if batch > 1:
+    if batch > 1:  # as the variance draft does: rows share the prompt's keys on the kernels
         from targ_mlx.draft import _repeat_rows
+        from targ_mlx.native.model import SharedPrefixCache
 
-        cache = _repeat_rows(cache, batch)
+        cache = ([SharedPrefixCache.from_cache(c, [0] * batch) for c in cache] if bb.engine is not None
+                 else _repeat_rows(cache, batch))
         logits = mx.repeat(logits, batch, axis=0)
     y = mx.argmax(logits, axis=-1)
     mx.async_eval(y)

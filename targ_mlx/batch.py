@@ -16,6 +16,7 @@ import mlx.core as mx
 from mlx_lm.models.cache import BatchKVCache
 
 from targ_mlx.backbone import PREFILL_CHUNK, Backbone
+from targ_mlx.native.model import SharedPrefixCache
 from targ_mlx.sampling import uniforms
 
 PAD_ID = 0  # any valid id: padded positions are masked out of attention
@@ -183,7 +184,10 @@ def draft_batch(bb: Backbone, seqs: Sequence[Sequence[int]], k: int, n_samples: 
     """
     logits, cache = prefill_batch(bb, seqs)
     n = n_samples + 1
-    if n_samples:
+    if n_samples and bb.engine is not None:  # the n rows of a prompt read its keys in place
+        rows = [i // n for i in range(len(seqs) * n)]
+        logits, cache = logits[mx.array(rows)], [SharedPrefixCache.from_cache(c, rows) for c in cache]
+    elif n_samples:
         logits, cache = repeat_rows(logits, cache, n)
     greedy = [j % n == 0 for j in range(len(seqs) * n)]
     caps = [max_greedy if g else k for g in greedy]

@@ -18,6 +18,7 @@ from mlx_lm.models.cache import KVCache
 
 from targ_mlx.backbone import Backbone
 from targ_mlx.gates import DraftSignals
+from targ_mlx.native.model import SharedPrefixCache
 from targ_mlx.sampling import uniforms
 
 DEFAULT_K = 20
@@ -76,6 +77,8 @@ def _greedy(bb: Backbone, cache: list[Any], logits: mx.array, max_new: int, stat
 
 
 def _split_row(cache: list[Any], row: int) -> list[Any]:
+    if isinstance(cache[0], SharedPrefixCache):
+        return [c.row_cache(row) for c in cache]
     out = []
     for c in cache:
         kv = KVCache()
@@ -133,7 +136,9 @@ def _batched_draft(bb: Backbone, cache: list[Any], logits: mx.array, k: int, n: 
                    seed: int) -> tuple[list[int], list[float], list[float], list[list[int]], list[Any]]:
     eos = mx.array(sorted(bb.tokenizer.eos_ids), dtype=mx.int32)
     eos0 = eos[0]
-    batch = _repeat_rows(cache, n + 1)
+    # on the kernels the N + 1 rows read the prompt's keys in place; elsewhere they are copied
+    batch = ([SharedPrefixCache.from_cache(c, [0] * (n + 1)) for c in cache] if bb.engine is not None
+             else _repeat_rows(cache, n + 1))
     key = mx.random.key(seed)
     lg = mx.repeat(logits, n + 1, axis=0)  # row 0 greedy, rows 1..n sampled at temperature
     inv_temp = mx.array([0.0] + [1.0 / temperature] * n, dtype=mx.float32)

@@ -15,7 +15,7 @@ import pytest
 
 from targ_mlx import batch, native, prompts
 from targ_mlx.backbone import load_backbone
-from targ_mlx.draft import draft
+from targ_mlx.draft import continue_greedy, draft
 from targ_mlx.gates import step_entropy, step_gap
 from targ_mlx.native import pack
 
@@ -112,6 +112,24 @@ def test_attention_with_left_padding_and_a_cache_view(N, L):
     assert mx.abs(out - ref).max().item() < 1e-5
 
 
+
+@pytest.mark.parametrize("hole", [0, 5])
+def test_attention_over_shared_prompt_keys_is_bitwise_the_copied_cache(N, hole):
+    """Rows reading their prompt's keys in place (shared_keys + shared_rows) get exactly what
+    rows holding a copy of those keys in their own cache get."""
+    R, B, Hq, Hkv, D, P, T = 2, 5, 9, 3, 64, 30, 4
+    pk, pv = mx.random.normal((R, Hkv, P, D)), mx.random.normal((R, Hkv, P, D))
+    own_k, own_v = mx.random.normal((B, Hkv, T, D)), mx.random.normal((B, Hkv, T, D))
+    q = mx.random.normal((B, Hq, 1, D))
+    rows = mx.array([0, 0, 1, 1, 1], dtype=mx.int32)
+    ppad = mx.array([3, 0], dtype=mx.int32)  # prompt 0 padded after its first `hole` positions
+    shared = N.attention(q, own_k, own_v, 0.125, shared_keys=pk, shared_values=pv, shared_rows=rows,
+                         shared_pad=ppad, shared_hole=hole)
+    full_k = mx.concatenate([pk[rows], own_k], axis=2)
+    full_v = mx.concatenate([pv[rows], own_v], axis=2)
+    copied = N.attention(q, full_k, full_v, 0.125, ppad[rows], hole)
+    assert mx.array_equal(shared, copied)
+
 def test_select_greedy_statistics_and_sampling(N):
     lg = mx.random.normal((4, 49152)) * 3
     tok, ent, gap, lp = N.select(lg, mx.zeros((4,)), mx.zeros((4,)))
@@ -192,3 +210,14 @@ def test_batched_rows_are_bitwise_the_batch1_rows(backbone):
         d = draft(backbone, p, 8)
         assert g.tokens[i][: len(d.tokens)] == d.tokens
         assert g.entropies[i][: len(d.entropies)] == d.entropies and g.gaps[i][: len(d.gaps)] == d.gaps
+
+
+def test_variance_draft_shares_the_prompt_and_keeps_the_greedy_row(backbone):
+    """The variance draft's rows read the prompt's keys in place; its greedy row, and the answer
+    continued from its cache, are bit for bit the plain draft's."""
+    p = backbone.tokenizer.chat_ids(prompts.messages(QUESTIONS[1], None, "short"))
+    plain, var = draft(backbone, p, 10), draft(backbone, p, 10, n_samples=5, seed=1)
+    assert var.tokens == plain.tokens and var.entropies == plain.entropies and var.gaps == plain.gaps
+    assert len(var.samples) == 5 and all(len(s) >= 1 for s in var.samples)
+    assert [c.offset for c in var.cache] == [c.offset for c in plain.cache]
+    assert continue_greedy(backbone, var, 8)[0] == continue_greedy(backbone, plain, 8)[0]

@@ -75,6 +75,50 @@ def unsupported(model: nn.Module) -> str | None:
     return None
 
 
+class SharedPrefixCache(KVCache):
+    """Rows decoded from prompts that were run once: row b attends to row `rows[b]` of the
+    prompts' keys and values (shared, never copied), then to its own positions, which this
+    (B-row) KVCache holds. The variance gate's N + 1 rows read one prompt's keys instead of
+    N + 1 copies: at a few hundred prompt positions those copies, not the weights, were most of
+    the memory a decode step read. Only the kernels' attention understands it.
+    """
+
+    def __init__(self, keys: mx.array, values: mx.array, rows: list[int], positions: mx.array,
+                 pad: mx.array | None = None, hole: int = 0):
+        super().__init__()
+        R = keys.shape[0]
+        if not rows or min(rows) < 0 or max(rows) >= R:
+            raise ValueError(f"rows must index the {R} prompt rows, got {rows}")
+        self.shared_keys, self.shared_values, self.shared_pad, self.shared_hole = keys, values, pad, hole
+        self.rows = mx.array(rows, dtype=mx.int32)
+        self.base = positions[self.rows]  # RoPE position of each row's first own token
+
+    @classmethod
+    def from_cache(cls, c: Any, rows: list[int]) -> "SharedPrefixCache":
+        """Over a prefilled `KVCache` (one prompt) or `BatchKVCache` (left-padded prompts)."""
+        if isinstance(c, BatchKVCache):
+            return cls(c.keys[..., : c._idx, :], c.values[..., : c._idx, :], rows, c.offset, c.left_padding,
+                       int(getattr(c, "prefix_len", 0)))
+        if isinstance(c, KVCache):
+            return cls(c.keys[..., : c.offset, :], c.values[..., : c.offset, :], rows,
+                       mx.array([c.offset], dtype=mx.int32))
+        raise TypeError(f"cannot share the prompt of a {type(c).__name__}")
+
+    def row_cache(self, b: int) -> KVCache:
+        """Row b as a plain one-row KVCache (its prompt's keys, then its own), to decode on alone."""
+        if self.shared_pad is not None or self.shared_hole:
+            raise ValueError("row_cache needs an unpadded prompt (a KVCache source)")
+        r = int(self.rows[b].item())
+        kv = KVCache()
+        own = self.offset
+        kv.keys = mx.concatenate([self.shared_keys[r : r + 1], self.keys[b : b + 1, :, :own]], axis=2) if own else \
+            self.shared_keys[r : r + 1]
+        kv.values = mx.concatenate([self.shared_values[r : r + 1], self.values[b : b + 1, :, :own]], axis=2) if own else \
+            self.shared_values[r : r + 1]
+        kv.offset = kv.keys.shape[2]
+        return kv
+
+
 @dataclass
 class _Layer:
     norm_in: mx.array
@@ -142,6 +186,8 @@ class NativeLM:
 
     def _positions(self, c: Any) -> tuple[mx.array, mx.array | None, int]:
         """(RoPE position of each row's next token, per-row padding, where the padding starts)."""
+        if isinstance(c, SharedPrefixCache):
+            return c.base + c.offset, None, 0
         if isinstance(c, BatchKVCache):
             return c.offset, c.left_padding, int(getattr(c, "prefix_len", 0))
         if isinstance(c, KVCache):
@@ -160,7 +206,11 @@ class NativeLM:
             qkv = N.qlinear(xn, *layer.qkv.args(), bias=layer.qkv_bias)
             q, k, v = N.rope_split(qkv, cos, sin, self.n_heads, self.n_kv_heads, self.head_dim, self.traditional)
             keys, values = c.update_and_fetch(k, v)
-            a = N.attention(q, keys, values, self.scale, pad, hole)
+            if isinstance(c, SharedPrefixCache):
+                a = N.attention(q, keys, values, self.scale, None, 0, c.shared_keys, c.shared_values, c.rows,
+                                c.shared_pad, c.shared_hole)
+            else:
+                a = N.attention(q, keys, values, self.scale, pad, hole)
             h = N.qlinear(a, *layer.o.args(), bias=layer.o_bias, residual=x)
             gu = N.qlinear(N.rms_norm(h, layer.norm_post, self.eps), *layer.gate_up.args(), bias=layer.gate_up_bias)
             x = N.qlinear(N.swiglu(gu), *layer.down.args(), bias=layer.down_bias, residual=h)

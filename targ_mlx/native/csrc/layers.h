@@ -162,46 +162,71 @@ struct KV {  // a (B, H, S, D) view: element (b, h, s, d) at base[b*sb + h*sh + 
   long sb, sh, ss;
 };
 
-// Attention of q (B, Hq, L, D) over keys/values (B, Hkv, S, D); the L queries sit at the last L
-// of the S cache positions. Row b hides the keys [hole, hole + pad[b]) (left padding when hole
-// is 0; padding after a shared prompt prefix of `hole` positions otherwise), and query i sees
-// the other keys j <= S - L + i. out (B, L, Hq * D), ready for the output projection.
+// Keys every row sees before its own cache: a prompt run once and shared by the rows decoded
+// from it. Row b reads row rows[b] of the (R, Hkv, P, D) views, hiding its positions
+// [hole, hole + pad[rows[b]]) (left padding of that prompt, after a header of `hole` positions).
+struct Shared {
+  KV K, V;
+  const int32_t* rows;
+  const int32_t* pad;  // may be null
+  int hole, P, R;
+};
+
+// Attention of q (B, Hq, L, D) over keys/values (B, Hkv, S, D), after the shared keys if any;
+// the L queries sit at the last L of the S cache positions. Row b hides the keys
+// [hole, hole + pad[b]) (left padding when hole is 0; padding after a shared prompt prefix of
+// `hole` positions otherwise), and query i sees the other keys j <= S - L + i. out (B, L, Hq * D),
+// ready for the output projection.
 //
 // Every query is computed on its own, by the same instruction sequence, over exactly its visible
-// keys: a row's result does not depend on the batch, its padding, or how a prompt was chunked.
+// keys in cache order: a row's result does not depend on the batch, its padding, how a prompt was
+// chunked, or whether its prompt's keys are shared with other rows or copied into its own cache.
 inline void attention(const float* q, const KV& K, const KV& V, const int32_t* pad, int hole, int B, int Hq, int Hkv,
-                      int L, int S, int D, float scale, float* out) {
+                      int L, int S, int D, float scale, float* out, const Shared* pre = nullptr) {
   const int group = Hq / Hkv;
   const long ld_out = (long)Hq * D;
   const int QB = 16;  // queries per task
   const int qblocks = (L + QB - 1) / QB;
+  const int P = pre ? pre->P : 0;
   parallel_range(B * Hq * qblocks, 1, 1, [&](int t0, int t1) {
-    std::vector<float> sc(S), acc(D);
-    std::vector<int> idx(S);
+    std::vector<float> sc(P + S), acc(D);
+    std::vector<const float*> kp(P + S), vp(P + S);
     for (int t = t0; t < t1; t++) {
       int qb = t % qblocks, bh = t / qblocks, b = bh / Hq, h = bh % Hq, kh = h / group;
       int p = pad ? pad[b] : 0;
+      int n0 = 0;  // visible shared keys
+      if (pre) {
+        // rows are checked where they are made (native/model.py SharedPrefixCache); clamp
+        // rather than read outside the array should a caller pass a bad one
+        int r = std::min(std::max(pre->rows[b], 0), pre->R - 1), pp = pre->pad ? pre->pad[r] : 0;
+        const float* kb = pre->K.base + r * pre->K.sb + kh * pre->K.sh;
+        const float* vb = pre->V.base + r * pre->V.sb + kh * pre->V.sh;
+        for (int j = 0; j < P; j++) {
+          if (j >= pre->hole && j < pre->hole + pp) continue;
+          kp[n0] = kb + (long)j * pre->K.ss, vp[n0] = vb + (long)j * pre->V.ss, n0++;
+        }
+      }
       const float* kb = K.base + b * K.sb + kh * K.sh;
       const float* vb = V.base + b * V.sb + kh * V.sh;
       for (int i = qb * QB; i < std::min(L, (qb + 1) * QB); i++) {
         const float* qi = q + (((size_t)b * Hq + h) * L + i) * D;
         float* o = out + ((size_t)b * L + i) * ld_out + (size_t)h * D;
         int hi = S - L + i;
-        int n = 0;  // visible keys, in order
-        for (int j = 0; j < std::min(hole, hi + 1); j++) idx[n++] = j;
-        for (int j = hole + p; j <= hi; j++) idx[n++] = j;
+        int n = n0;
+        for (int j = 0; j < std::min(hole, hi + 1); j++) kp[n] = kb + (long)j * K.ss, vp[n] = vb + (long)j * V.ss, n++;
+        for (int j = hole + p; j <= hi; j++) kp[n] = kb + (long)j * K.ss, vp[n] = vb + (long)j * V.ss, n++;
         if (n == 0 || (hi >= hole && hi < hole + p)) {  // a padding position: nothing to attend to
           std::fill(o, o + D, 0.f);
           continue;
         }
         float mx = -INFINITY;
         for (int j = 0; j < n; j++) {
-          sc[j] = dot(qi, kb + (long)idx[j] * K.ss, D) * scale;
+          sc[j] = dot(qi, kp[j], D) * scale;
           mx = std::max(mx, sc[j]);
         }
         float z = exp_sub_sum(sc.data(), mx, sc.data(), n);
         std::fill(acc.begin(), acc.end(), 0.f);
-        for (int j = 0; j < n; j++) axpy(sc[j], vb + (long)idx[j] * V.ss, acc.data(), D);
+        for (int j = 0; j < n; j++) axpy(sc[j], vp[j], acc.data(), D);
         float iz = 1.f / z;
         for (int d = 0; d < D; d++) o[d] = acc[d] * iz;
       }

@@ -334,14 +334,17 @@ array op_embed(const array& ids, const array& q, const array& scales, const arra
 // ---------------------------------------------------------------------------------------------
 class Attention : public mx::UnaryPrimitive {
  public:
-  Attention(mx::Stream s, float scale, bool pad, int hole) : UnaryPrimitive(s), scale_(scale), pad_(pad), hole_(hole) {}
+  Attention(mx::Stream s, float scale, bool pad, int hole, bool shared, bool shared_pad, int shared_hole)
+      : UnaryPrimitive(s), scale_(scale), pad_(pad), hole_(hole), shared_(shared), shared_pad_(shared_pad),
+        shared_hole_(shared_hole) {}
   void eval_cpu(const std::vector<array>& in, array& out) override {
     alloc(out);
     auto& enc = mx::cpu::get_command_encoder(stream());
     std::vector<array> ins;
     for (auto& a : in) ins.push_back(array::unsafe_weak_copy(a));
-    enc.dispatch([ins = std::move(ins), out = array::unsafe_weak_copy(out), scale = scale_, pad = pad_, hole = hole_]() mutable {
-      std::shared_ptr<std::vector<float>> hq, hk, hv;
+    enc.dispatch([ins = std::move(ins), out = array::unsafe_weak_copy(out), scale = scale_, pad = pad_, hole = hole_,
+                  shared = shared_, shared_pad = shared_pad_, shared_hole = shared_hole_]() mutable {
+      std::shared_ptr<std::vector<float>> hq, hk, hv, hpk, hpv;
       const array &q = ins[0], &k = ins[1], &v = ins[2];
       const float* qp = contiguous_f32(q, hq);
       auto view = [](const array& a, std::shared_ptr<std::vector<float>>& h) {
@@ -350,24 +353,39 @@ class Attention : public mx::UnaryPrimitive {
         return targ::KV{p, (long)a.shape(1) * a.shape(2) * a.shape(3), (long)a.shape(2) * a.shape(3), (long)a.shape(3)};
       };
       targ::KV K = view(k, hk), V = view(v, hv);
+      size_t at = pad ? 4 : 3;
+      targ::Shared pre{};
+      if (shared) {
+        const array &pk = ins[at], &pv = ins[at + 1];
+        pre = targ::Shared{view(pk, hpk), view(pv, hpv), ins[at + 2].data<int32_t>(),
+                           shared_pad ? ins[at + 3].data<int32_t>() : nullptr, shared_hole, (int)pk.shape(2), (int)pk.shape(0)};
+      }
       targ::attention(qp, K, V, pad ? ins[3].data<int32_t>() : nullptr, hole, q.shape(0), q.shape(1), k.shape(1), q.shape(2),
-                      k.shape(2), q.shape(3), scale, out.data<float>());
+                      k.shape(2), q.shape(3), scale, out.data<float>(), shared ? &pre : nullptr);
     });
   }
   void eval_gpu(const std::vector<array>&, array&) override { throw std::runtime_error("TargAttention runs on the CPU only"); }
   const char* name() const override { return "TargAttention"; }
   bool is_equivalent(const Primitive& o) const override {
     auto& p = static_cast<const Attention&>(o);
-    return scale_ == p.scale_ && pad_ == p.pad_ && hole_ == p.hole_;
+    return scale_ == p.scale_ && pad_ == p.pad_ && hole_ == p.hole_ && shared_ == p.shared_ && shared_pad_ == p.shared_pad_ &&
+           shared_hole_ == p.shared_hole_;
   }
  private:
   float scale_;
   bool pad_;
   int hole_;
+  bool shared_, shared_pad_;
+  int shared_hole_;
 };
 
+array int_vector(const array& a) {
+  return mx::contiguous(mx::astype(mx::reshape(a, {-1}, cpu_stream()), mx::int32, cpu_stream()), false, cpu_stream());
+}
+
 array op_attention(const array& q_, const array& k_, const array& v_, float scale, std::optional<array> left_pad,
-                   int hole) {
+                   int hole, std::optional<array> shared_keys, std::optional<array> shared_values,
+                   std::optional<array> shared_rows, std::optional<array> shared_pad, int shared_hole) {
   array q = as_f32(q_), k = as_f32(k_), v = as_f32(v_);
   if (q.ndim() != 4 || k.ndim() != 4 || v.shape() != k.shape() || q.shape(0) != k.shape(0) || q.shape(3) != k.shape(3) ||
       q.shape(1) % k.shape(1))
@@ -375,13 +393,31 @@ array op_attention(const array& q_, const array& k_, const array& v_, float scal
   if (q.shape(2) > k.shape(2)) throw std::invalid_argument("attention: more queries than cached positions");
   std::vector<array> ins = {q, k, v};
   if (left_pad) {
-    array lp = mx::contiguous(mx::astype(mx::reshape(*left_pad, {-1}, cpu_stream()), mx::int32, cpu_stream()), false, cpu_stream());
+    array lp = int_vector(*left_pad);
     if ((int)lp.size() != q.shape(0)) throw std::invalid_argument("attention: left_pad needs one entry per row");
     ins.push_back(lp);
   }
   mx::Shape s = {q.shape(0), q.shape(2), q.shape(1) * q.shape(3)};
   if (hole < 0 || hole > k.shape(2)) throw std::invalid_argument("attention: hole must lie within the cache");
-  return array(s, mx::float32, std::make_shared<Attention>(cpu_stream(), scale, left_pad.has_value(), hole), ins);
+  bool shared = shared_keys.has_value();
+  if (shared != shared_values.has_value() || shared != shared_rows.has_value() || (shared_pad && !shared))
+    throw std::invalid_argument("attention: shared keys need shared_values and shared_rows (and shared_pad is optional)");
+  if (shared) {
+    array pk = as_f32(*shared_keys), pv = as_f32(*shared_values), rows = int_vector(*shared_rows);
+    if (pk.ndim() != 4 || pv.shape() != pk.shape() || pk.shape(1) != k.shape(1) || pk.shape(3) != k.shape(3))
+      throw std::invalid_argument("attention: shared keys and values (R, Hkv, P, D) with the cache's Hkv and D");
+    if ((int)rows.size() != q.shape(0)) throw std::invalid_argument("attention: shared_rows needs one entry per row");
+    if (shared_hole < 0 || shared_hole > pk.shape(2)) throw std::invalid_argument("attention: shared_hole must lie within the shared keys");
+    ins.insert(ins.end(), {pk, pv, rows});
+    if (shared_pad) {
+      array pp = int_vector(*shared_pad);
+      if ((int)pp.size() != pk.shape(0)) throw std::invalid_argument("attention: shared_pad needs one entry per shared row");
+      ins.push_back(pp);
+    }
+  }
+  return array(s, mx::float32,
+               std::make_shared<Attention>(cpu_stream(), scale, left_pad.has_value(), hole, shared, shared_pad.has_value(), shared_hole),
+               ins);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -449,8 +485,11 @@ NB_MODULE(_targ_native, m) {
   m.def("swiglu", &op_swiglu, nb::arg("gate_up"));
   m.def("embed", &op_embed, nb::arg("ids"), nb::arg("q"), nb::arg("scales"), nb::arg("biases"), nb::arg("bits"));
   m.def("attention", &op_attention, nb::arg("q"), nb::arg("keys"), nb::arg("values"), nb::arg("scale"),
-        nb::arg("left_pad") = nb::none(), nb::arg("hole") = 0,
-        "softmax(q k^T * scale) v per row, hiding keys [hole, hole + left_pad[b]) and future positions");
+        nb::arg("left_pad") = nb::none(), nb::arg("hole") = 0, nb::arg("shared_keys") = nb::none(),
+        nb::arg("shared_values") = nb::none(), nb::arg("shared_rows") = nb::none(), nb::arg("shared_pad") = nb::none(),
+        nb::arg("shared_hole") = 0,
+        "softmax(q k^T * scale) v per row, hiding keys [hole, hole + left_pad[b]) and future positions; "
+        "with shared_keys, row b first attends to row shared_rows[b] of them (a prompt shared by several rows)");
   m.def("select", &op_select, nb::arg("logits"), nb::arg("inv_temp"), nb::arg("u"),
         "(token, entropy, gap, logprob) per row; inv_temp 0 = greedy");
   m.def("simd", &simd_level);
