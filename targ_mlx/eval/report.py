@@ -59,14 +59,35 @@ def _diff_line(label: str, a: np.ndarray, b: np.ndarray, n_boot: int, seed: int)
     return f"| {label} | {100 * est:+.1f} | [{100 * lo:+.1f}, {100 * hi:+.1f}] |", (est, lo, hi)
 
 
-def verdict(vs_never: tuple, vs_always: tuple) -> str:
+def verdict(vs_never: tuple, vs_always: tuple, metric: str = "EM") -> str:
     (en, ln, _), (ea, la, _) = vs_never, vs_always
     if ln > 0 and la > 0:
         return "YES: it beats both Never and Always (both paired 95% CIs exclude 0)"
     if en > 0 and ea > 0:
-        return "NOT SHOWN: its EM is above both Never and Always, but a paired 95% CI includes 0"
+        return f"NOT SHOWN: its {metric} is above both Never and Always, but a paired 95% CI includes 0"
     worse = [n for n, e in (("Never", en), ("Always", ea)) if e <= 0]
-    return f"NO: its EM is not above {' and '.join(worse)}"
+    return f"NO: its {metric} is not above {' and '.join(worse)}"
+
+
+METRICS = (("em", "EM"), ("acc", "accuracy"))  # accuracy: a gold answer contained (PopQA's metric)
+
+
+def _calibrated_verdict(sig, cal, dev_sig, t_sig, k: int, n_boot: int, seed: int) -> list[str]:
+    """Per metric: ρ chosen on dev by that metric, paired CIs against Never and Always on test."""
+    lines = []
+    for key, label in METRICS:
+        dev_score = (lambda c: c.dev_em) if key == "em" else (lambda c: c.dev_acc)
+        best_c = max(cal, key=lambda c: (dev_score(c), -c.rho))
+        gated = sweep.correct_vector(t_sig, t_sig.u["margin"][k] > best_c.tau, key)
+        l1, vn = _diff_line("Margin − Never", gated, t_sig.never[key], n_boot, seed)
+        l2, va = _diff_line("Margin − Always", gated, t_sig.always[key], n_boot, seed)
+        lines += [f"**Budget-calibrated margin gate, {label}** (ρ = {best_c.rho:g} chosen by dev {label}, "
+                  f"τ = {best_c.tau:.3g}, k = {k}) on the test split: {label} {_pct(float(gated.mean()))}% at retrieval rate "
+                  f"{best_c.test.rate:.3f}; Never {_pct(float(t_sig.never[key].mean()))}%, "
+                  f"Always {_pct(float(t_sig.always[key].mean()))}%.", "",
+                  f"| Paired difference (test split) | {label} points | 95% CI |", "|---|---|---|", l1, l2, "",
+                  f"Verdict ({label}): {verdict(vn, va, label)}.", ""]
+    return lines
 
 
 def write_all(name: str, records: Sequence[dict], latency: dict, out: Path, k: int = 20, seed: int = 0,
@@ -129,33 +150,30 @@ def write_all(name: str, records: Sequence[dict], latency: dict, out: Path, k: i
         lines.append(_row(chosen["margin"], "TARG-Margin"))
     lines += [""]
     # bootstrap CIs
-    lines += [f"## Bootstrap 95% CIs of EM ({n_boot} resamples over questions)", "", "| Method | EM (%) | 95% CI |", "|---|---|---|",
-              _ci_line("Never", sig.never["em"], n_boot, seed), _ci_line("Always", sig.always["em"], n_boot, seed)]
-    for g in SCORED_GATES:
-        p = chosen[g]
-        if p is not None:
-            v = sweep.correct_vector(sig, sig.u[g][k] > p.tau)
-            lines.append(_ci_line(f"{NAMES[g]} k={k} τ={p.tau:.3g}", v, n_boot, seed))
-    lines += [""]
+    for key, label in METRICS:
+        lines += [f"## Bootstrap 95% CIs of {label} ({n_boot} resamples over questions)", "",
+                  f"| Method | {label} (%) | 95% CI |", "|---|---|---|",
+                  _ci_line("Never", sig.never[key], n_boot, seed), _ci_line("Always", sig.always[key], n_boot, seed)]
+        for g in SCORED_GATES:
+            p = chosen[g]
+            if p is not None:
+                v = sweep.correct_vector(sig, sig.u[g][k] > p.tau, key)
+                lines.append(_ci_line(f"{NAMES[g]} k={k} τ={p.tau:.3g}", v, n_boot, seed))
+        lines += [""]
     # budget calibration
     lines += ["## Budget calibration (τ from the dev split's CDF of U, applied to the test split)", "",
               f"dev n = {len(dev)}, test n = {len(test)} (seeded split, seed {seed}).", "",
-              "| Gate | ρ | τ | dev rate | dev EM (%) | test rate | test EM / F1 (%) | test Δ latency |", "|---|---|---|---|---|---|---|---|"]
+              "| Gate | ρ | τ | dev rate | dev EM / Acc (%) | test rate | test EM / F1 / Acc (%) | test Δ latency |",
+              "|---|---|---|---|---|---|---|---|"]
     cal = {g: sweep.calibrate(sig, g, k, dev, test) for g in SCORED_GATES}
     for g in SCORED_GATES:
         for c in cal[g]:
-            lines.append(f"| {NAMES[g]} | {c.rho:g} | {c.tau:.3g} | {c.dev_rate:.3f} | {_pct(c.dev_em)} | {c.test.rate:.3f} | "
-                         f"{_pct(c.test.em)} / {_pct(c.test.f1)} | {'-' if c.test.dlat is None else f'{c.test.dlat:+.3f}'} |")
+            lines.append(f"| {NAMES[g]} | {c.rho:g} | {c.tau:.3g} | {c.dev_rate:.3f} | {_pct(c.dev_em)} / {_pct(c.dev_acc)} | "
+                         f"{c.test.rate:.3f} | {_pct(c.test.em)} / {_pct(c.test.f1)} / {_pct(c.test.acc)} | "
+                         f"{'-' if c.test.dlat is None else f'{c.test.dlat:+.3f}'} |")
     t_sig = sig.subset(test)
+    lines += [""] + _calibrated_verdict(sig, cal["margin"], sig.subset(dev), t_sig, k, n_boot, seed)
     best_c = max(cal["margin"], key=lambda c: (c.dev_em, -c.rho))
-    gated = sweep.correct_vector(t_sig, t_sig.u["margin"][k] > best_c.tau)
-    l1, vn = _diff_line("Margin − Never", gated, t_sig.never["em"], n_boot, seed)
-    l2, va = _diff_line("Margin − Always", gated, t_sig.always["em"], n_boot, seed)
-    said = verdict(vn, va)
-    lines += ["", f"**Budget-calibrated margin gate** (ρ = {best_c.rho:g} chosen by dev EM, τ = {best_c.tau:.3g}, k = {k}) on the "
-              f"test split: EM {_pct(best_c.test.em)}% at retrieval rate {best_c.test.rate:.3f}; Never {_pct(float(t_sig.never['em'].mean()))}%, "
-              f"Always {_pct(float(t_sig.always['em'].mean()))}%.", "",
-              "| Paired difference (test split) | EM points | 95% CI |", "|---|---|---|", l1, l2, "", f"Verdict: {said}.", ""]
     # quadrants on dev
     tau_q = chosen["margin"].tau if chosen["margin"] is not None else best_c.tau
     d_sig = sig.subset(dev)
@@ -173,12 +191,13 @@ def write_all(name: str, records: Sequence[dict], latency: dict, out: Path, k: i
     lines += ["", f"Mean greedy draft length: {sig.draft_len.mean():.1f} tokens (drafts stop at EOS, so larger k reads "
               "no further on short answers).", ""]
     # deciles
-    lines += [f"## Never-RAG EM by U decile (k = {k}; low U first)", "", "| Gate | " + " | ".join(f"D{i + 1}" for i in range(10)) + " |",
-              "|---" * 11 + "|"]
-    for g in SCORED_GATES:
-        dec = sweep.deciles(sig.u[g][k], sig.never["em"])
-        lines.append(f"| {NAMES[g]} | " + " | ".join(_pct(m) for _, _, m in dec) + " |")
-    lines += [""]
+    for key, label in METRICS:
+        lines += [f"## Never-RAG {label} by U decile (k = {k}; low U first)", "",
+                  "| Gate | " + " | ".join(f"D{i + 1}" for i in range(10)) + " |", "|---" * 11 + "|"]
+        for g in SCORED_GATES:
+            dec = sweep.deciles(sig.u[g][k], sig.never[key])
+            lines.append(f"| {NAMES[g]} | " + " | ".join(_pct(m) for _, _, m in dec) + " |")
+        lines += [""]
     text = "\n".join(lines)
     (out / "summary.md").write_text(text, encoding="utf-8")
     table = [never, always] + [p for p in chosen.values() if p is not None] + bl.default_rows(base_points)

@@ -176,6 +176,7 @@ class Calibrated:
     dev_rate: float
     dev_em: float
     test: Point
+    dev_acc: float = 0.0
 
 
 def calibrate(sig: Signals, gate: str, k: int, dev: np.ndarray, test: np.ndarray,
@@ -186,7 +187,7 @@ def calibrate(sig: Signals, gate: str, k: int, dev: np.ndarray, test: np.ndarray
     for rho in budgets:
         tau = tau_for_budget(d.u[gate][k], rho)
         dp = gate_point(d, gate, k, tau)
-        out.append(Calibrated(rho, tau, dp.rate, dp.em, gate_point(t, gate, k, tau)))
+        out.append(Calibrated(rho, tau, dp.rate, dp.em, gate_point(t, gate, k, tau), dp.acc))
     return out
 
 
