@@ -138,6 +138,25 @@ inline void panel_rows(const float* panel, int K, const float* x, int m0, float*
 }
 
 #if TARG_AVX512
+// Cold weights (each decode step streams them all from memory) are read in TT separate places;
+// the hardware prefetcher alone leaves the loads waiting on memory, so the kernels ask for the
+// group kPrefetch ahead of each stream explicitly. Near a tile's end, the same distance lands in
+// the tiles the thread takes next.
+template <int BITS, int TT>
+inline void prefetch_ahead(const QMat& W, int t0, int g) {
+  const int G = W.K / QG;
+  for (int j = 0; j < TT; j++) {
+    int tg = g + kPrefetch, tt = t0 + j;
+    if (tg >= G) tg -= G, tt += TT;
+    if (tt * NT >= W.N) continue;
+    const char* ahead = (const char*)(W.q + (size_t)tt * W.tile_bytes() + (size_t)tg * W.group_bytes());
+    for (int c = 0; c < QG * NT * BITS / 8; c += 64) _mm_prefetch(ahead + c, _MM_HINT_T0);
+    size_t si = ((size_t)tt * G + tg) * NT * (W.half ? 2 : 4);
+    _mm_prefetch((const char*)W.scales + si, _MM_HINT_T0);
+    _mm_prefetch((const char*)W.biases + si, _MM_HINT_T0);
+  }
+}
+
 // Few rows (decode): dequantize in registers and multiply at once, TT tiles side by side so
 // the sequential k-sums of different tiles overlap. Same arithmetic, in the same order, as
 // dequant_tile + panel_rows.
@@ -158,20 +177,7 @@ inline void fused_tiles(const QMat& W, int t0, const float* x, int m0, float* ac
       s[j] = _mm512_loadu_ps(sf), b[j] = _mm512_loadu_ps(bf);
       grp[j] = W.q + (size_t)(t0 + j) * W.tile_bytes() + (size_t)g * W.group_bytes();
     }
-    // Cold weights (each decode step streams them all from memory) are read in TT separate
-    // places; the hardware prefetcher alone leaves the loads waiting on memory, so ask for the
-    // group kPrefetch ahead of each stream explicitly.
-    // Near a tile's end, the same distance lands in the tiles this thread takes next.
-    for (int j = 0; j < TT; j++) {
-      int tg = g + kPrefetch, tt = t0 + j;
-      if (tg >= G) tg -= G, tt += TT;
-      if (tt * NT >= W.N) continue;
-      const char* ahead = (const char*)(W.q + (size_t)tt * W.tile_bytes() + (size_t)tg * W.group_bytes());
-      for (int c = 0; c < QG * NT * BITS / 8; c += 64) _mm_prefetch(ahead + c, _MM_HINT_T0);
-      size_t si = ((size_t)tt * G + tg) * NT * (W.half ? 2 : 4);
-      _mm_prefetch((const char*)W.scales + si, _MM_HINT_T0);
-      _mm_prefetch((const char*)W.biases + si, _MM_HINT_T0);
-    }
+    prefetch_ahead<BITS, TT>(W, t0, g);
     const float* xg = x + g * QG;
     if constexpr (BITS == 4) {
       for (int kp = 0; kp < QG / 2; kp++) {
@@ -215,20 +221,32 @@ inline void finish(const float* acc, int m, int n0, int cols, float* y, int ldy,
 }
 
 #if TARG_AVX512
-// Rows [m0, m0 + MT) over tiles [t0, t1), TT tiles at a time.
-template <int BITS, int MT, int TT>
-void fused_rows(const QMat& W, const float* x, int m0, int t0, int t1, float* y, int ldy, const float* residual,
-                const float* bias) {
+// Rows [m0, m0 + MT) over tiles [t0, t1), TT tiles at a time, by the tile kernel K (float32 or
+// int8 activations X), each finished with bias and residual.
+template <class K, int BITS, int MT, int TT, class X>
+void tile_rows(const QMat& W, const X& x, int m0, int t0, int t1, float* y, int ldy, const float* residual,
+               const float* bias) {
   alignas(64) float acc[MT * TT * NT];
   int t = t0;
   for (; t + TT <= t1; t += TT) {
-    fused_tiles<BITS, MT, TT>(W, t, x, m0, acc);
+    K::template run<BITS, MT, TT>(W, t, x, m0, acc);
     for (int m = 0; m < MT; m++) finish(acc + (size_t)m * TT * NT, m0 + m, t * NT, TT * NT, y, ldy, residual, bias);
   }
   for (; t < t1; t++) {
-    fused_tiles<BITS, MT, 1>(W, t, x, m0, acc);
+    K::template run<BITS, MT, 1>(W, t, x, m0, acc);
     for (int m = 0; m < MT; m++) finish(acc + (size_t)m * NT, m0 + m, t * NT, NT, y, ldy, residual, bias);
   }
+}
+
+struct FusedF32 {
+  template <int BITS, int MT, int TT>
+  static void run(const QMat& W, int t, const float* x, int m0, float* acc) { fused_tiles<BITS, MT, TT>(W, t, x, m0, acc); }
+};
+
+template <int BITS, int MT, int TT>
+void fused_rows(const QMat& W, const float* x, int m0, int t0, int t1, float* y, int ldy, const float* residual,
+                const float* bias) {
+  tile_rows<FusedF32, BITS, MT, TT>(W, x, m0, t0, t1, y, ldy, residual, bias);
 }
 
 // All M <= 8 rows in one block, so each weight is read from memory once: more rows share each
@@ -307,16 +325,7 @@ inline void q8_tiles(const QMat& W, int t0, const Q8& X, int m0, float* acc_out 
   for (int m = 0; m < MT; m++)
     for (int j = 0; j < TT; j++) acc[m][j] = _mm512_setzero_ps();
   for (int g = 0; g < G; g++) {
-    for (int j = 0; j < TT; j++) {  // as in fused_tiles: weights are cold, prefetch ahead
-      int tg = g + kPrefetch, tt = t0 + j;
-      if (tg >= G) tg -= G, tt += TT;
-      if (tt * NT >= W.N) continue;
-      const char* ahead = (const char*)(W.q + (size_t)tt * W.tile_bytes() + (size_t)tg * W.group_bytes());
-      for (int c = 0; c < QG * NT * BITS / 8; c += 64) _mm_prefetch(ahead + c, _MM_HINT_T0);
-      size_t si = ((size_t)tt * G + tg) * NT * (W.half ? 2 : 4);
-      _mm_prefetch((const char*)W.scales + si, _MM_HINT_T0);
-      _mm_prefetch((const char*)W.biases + si, _MM_HINT_T0);
-    }
+    prefetch_ahead<BITS, TT>(W, t0, g);
     for (int j = 0; j < TT; j++) {
       const uint8_t* grp = W.q + (size_t)(t0 + j) * W.tile_bytes() + (size_t)g * W.group_bytes();
       float sf[NT], bf[NT];
@@ -351,20 +360,15 @@ inline void q8_tiles(const QMat& W, int t0, const Q8& X, int m0, float* acc_out 
     for (int j = 0; j < TT; j++) _mm512_storeu_ps(acc_out + (size_t)m * TT * NT + j * NT, acc[m][j]);
 }
 
-// Rows [m0, m0 + MT) over tiles [t0, t1), TT tiles at a time.
+struct FusedQ8 {
+  template <int BITS, int MT, int TT>
+  static void run(const QMat& W, int t, const Q8& X, int m0, float* acc) { q8_tiles<BITS, MT, TT>(W, t, X, m0, acc); }
+};
+
 template <int BITS, int MT, int TT>
 void q8_rows(const QMat& W, const Q8& X, int m0, int t0, int t1, float* y, int ldy, const float* residual,
              const float* bias) {
-  alignas(64) float acc[MT * TT * NT];
-  int t = t0;
-  for (; t + TT <= t1; t += TT) {
-    q8_tiles<BITS, MT, TT>(W, t, X, m0, acc);
-    for (int m = 0; m < MT; m++) finish(acc + (size_t)m * TT * NT, m0 + m, t * NT, TT * NT, y, ldy, residual, bias);
-  }
-  for (; t < t1; t++) {
-    q8_tiles<BITS, MT, 1>(W, t, X, m0, acc);
-    for (int m = 0; m < MT; m++) finish(acc + (size_t)m * NT, m0 + m, t * NT, NT, y, ldy, residual, bias);
-  }
+  tile_rows<FusedQ8, BITS, MT, TT>(W, X, m0, t0, t1, y, ldy, residual, bias);
 }
 
 // MT rows (1..8) at m0: fewer rows take more tiles side by side (independent sums in flight).
