@@ -219,5 +219,5 @@ def test_variance_draft_shares_the_prompt_and_keeps_the_greedy_row(backbone):
     plain, var = draft(backbone, p, 10), draft(backbone, p, 10, n_samples=5, seed=1)
     assert var.tokens == plain.tokens and var.entropies == plain.entropies and var.gaps == plain.gaps
     assert len(var.samples) == 5 and all(len(s) >= 1 for s in var.samples)
-    assert [c.offset for c in var.cache] == [c.offset for c in plain.cache]
+    assert [c.positions for c in var.cache] == [c.offset for c in plain.cache]
     assert continue_greedy(backbone, var, 8)[0] == continue_greedy(backbone, plain, 8)[0]

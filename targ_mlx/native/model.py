@@ -10,6 +10,7 @@ by `unsupported(model)` and runs on the mlx-lm model instead.
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -104,19 +105,18 @@ class SharedPrefixCache(KVCache):
                        mx.array([c.offset], dtype=mx.int32))
         raise TypeError(f"cannot share the prompt of a {type(c).__name__}")
 
-    def row_cache(self, b: int) -> KVCache:
-        """Row b as a plain one-row KVCache (its prompt's keys, then its own), to decode on alone."""
-        if self.shared_pad is not None or self.shared_hole:
-            raise ValueError("row_cache needs an unpadded prompt (a KVCache source)")
-        r = int(self.rows[b].item())
-        kv = KVCache()
-        own = self.offset
-        kv.keys = mx.concatenate([self.shared_keys[r : r + 1], self.keys[b : b + 1, :, :own]], axis=2) if own else \
-            self.shared_keys[r : r + 1]
-        kv.values = mx.concatenate([self.shared_values[r : r + 1], self.values[b : b + 1, :, :own]], axis=2) if own else \
-            self.shared_values[r : r + 1]
-        kv.offset = kv.keys.shape[2]
-        return kv
+    def row(self, b: int) -> "SharedPrefixCache":
+        """Row b alone, still reading its prompt's keys in place (to continue decoding it)."""
+        out = copy.copy(self)
+        out.rows, out.base = self.rows[b : b + 1], self.base[b : b + 1]
+        if self.keys is not None:
+            out.keys, out.values = self.keys[b : b + 1, :, : self.offset], self.values[b : b + 1, :, : self.offset]
+        return out
+
+    @property
+    def positions(self) -> int:
+        """Cached positions a row attends to: its prompt's (padding included) and its own."""
+        return int(self.shared_keys.shape[2]) + self.offset
 
 
 @dataclass
