@@ -108,7 +108,8 @@ class SharedPrefixCache(KVCache):
     def row(self, b: int) -> "SharedPrefixCache":
         """Row b alone, still reading its prompt's keys in place (to continue decoding it)."""
         out = copy.copy(self)
-        out.rows, out.base = self.rows[b : b + 1], self.base[b : b + 1]
+        out.rows = mx.array([self.rows[b].item()], dtype=mx.int32)  # a ready array: no ops per layer
+        out.base = self.base[b : b + 1]
         if self.keys is not None:
             out.keys, out.values = self.keys[b : b + 1, :, : self.offset], self.values[b : b + 1, :, : self.offset]
         return out
