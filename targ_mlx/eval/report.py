@@ -72,12 +72,16 @@ def verdict(vs_never: tuple, vs_always: tuple, metric: str = "EM") -> str:
 METRICS = (("em", "EM"), ("acc", "accuracy"))  # accuracy: a gold answer contained (PopQA's metric)
 
 
-def _calibrated_verdict(sig, cal, dev_sig, t_sig, k: int, n_boot: int, seed: int) -> list[str]:
+def _best_calibrated(cal, key: str):
+    """The budget with the best dev score on metric `key` (the smaller budget on ties)."""
+    return max(cal, key=lambda c: (getattr(c, f"dev_{key}"), -c.rho))
+
+
+def _calibrated_verdict(cal, t_sig, k: int, n_boot: int, seed: int) -> list[str]:
     """Per metric: ρ chosen on dev by that metric, paired CIs against Never and Always on test."""
     lines = []
     for key, label in METRICS:
-        dev_score = (lambda c: c.dev_em) if key == "em" else (lambda c: c.dev_acc)
-        best_c = max(cal, key=lambda c: (dev_score(c), -c.rho))
+        best_c = _best_calibrated(cal, key)
         gated = sweep.correct_vector(t_sig, t_sig.u["margin"][k] > best_c.tau, key)
         l1, vn = _diff_line("Margin − Never", gated, t_sig.never[key], n_boot, seed)
         l2, va = _diff_line("Margin − Always", gated, t_sig.always[key], n_boot, seed)
@@ -172,8 +176,8 @@ def write_all(name: str, records: Sequence[dict], latency: dict, out: Path, k: i
                          f"{c.test.rate:.3f} | {_pct(c.test.em)} / {_pct(c.test.f1)} / {_pct(c.test.acc)} | "
                          f"{'-' if c.test.dlat is None else f'{c.test.dlat:+.3f}'} |")
     t_sig = sig.subset(test)
-    lines += [""] + _calibrated_verdict(sig, cal["margin"], sig.subset(dev), t_sig, k, n_boot, seed)
-    best_c = max(cal["margin"], key=lambda c: (c.dev_em, -c.rho))
+    lines += [""] + _calibrated_verdict(cal["margin"], t_sig, k, n_boot, seed)
+    best_c = _best_calibrated(cal["margin"], "em")
     # quadrants on dev
     tau_q = chosen["margin"].tau if chosen["margin"] is not None else best_c.tau
     d_sig = sig.subset(dev)

@@ -175,8 +175,8 @@ class Calibrated:
     tau: float
     dev_rate: float
     dev_em: float
+    dev_acc: float
     test: Point
-    dev_acc: float = 0.0
 
 
 def calibrate(sig: Signals, gate: str, k: int, dev: np.ndarray, test: np.ndarray,
@@ -187,7 +187,7 @@ def calibrate(sig: Signals, gate: str, k: int, dev: np.ndarray, test: np.ndarray
     for rho in budgets:
         tau = tau_for_budget(d.u[gate][k], rho)
         dp = gate_point(d, gate, k, tau)
-        out.append(Calibrated(rho, tau, dp.rate, dp.em, gate_point(t, gate, k, tau), dp.acc))
+        out.append(Calibrated(rho, tau, dp.rate, dp.em, dp.acc, gate_point(t, gate, k, tau)))
     return out
 
 

@@ -28,10 +28,7 @@ namespace targ {
 
 constexpr int QG = 32;  // group size along K
 constexpr int NT = 16;  // output columns per tile
-#ifndef TARG_TT1
-#define TARG_TT1 4
-#endif
-constexpr int kPrefetch = 4;  // groups ahead (fused kernel)
+constexpr int kPrefetch = 4;  // groups ahead in each weight stream (fused and int8 kernels)
 
 struct QMat {
   const uint8_t* q;    // tiles of NT columns, see above
@@ -255,7 +252,7 @@ template <int BITS>
 void fused(const QMat& W, const float* x, int M, int t0, int t1, float* y, int ldy, const float* residual,
            const float* bias) {
   switch (M) {
-    case 1: fused_rows<BITS, 1, TARG_TT1>(W, x, 0, t0, t1, y, ldy, residual, bias); break;
+    case 1: fused_rows<BITS, 1, 4>(W, x, 0, t0, t1, y, ldy, residual, bias); break;
     case 2: fused_rows<BITS, 2, 4>(W, x, 0, t0, t1, y, ldy, residual, bias); break;
     case 3: fused_rows<BITS, 3, 3>(W, x, 0, t0, t1, y, ldy, residual, bias); break;
     case 4: fused_rows<BITS, 4, 3>(W, x, 0, t0, t1, y, ldy, residual, bias); break;
