@@ -29,6 +29,31 @@ def test_jsonl_reader_real_pool():
     assert rows[0].id == json.loads(WIKI_POOL.open().readline())["id"]
 
 
+CLEAN_PARTS = ("hipporag_2wiki_corpus", "ares_kilt_docs", "kilt_sample_r1searcher")
+
+
+def test_jsonl_source_filter_keeps_only_the_clean_pool_parts():
+    from conftest import WIKI_POOL
+
+    want = {p: 0 for p in CLEAN_PARTS}
+    for line in WIKI_POOL.open():
+        src = json.loads(line)["source"]
+        if src in want:
+            want[src] += 1
+    rows = list(read_corpus(f"{WIKI_POOL}?source={','.join(CLEAN_PARTS)}"))
+    ids = {json.loads(line)["id"]: json.loads(line)["source"] for line in WIKI_POOL.open()}
+    assert len(rows) == sum(want.values()) == 6119 + 4994 + 99
+    assert {ids[r.id] for r in rows} == set(CLEAN_PARTS)
+    assert all(r.source == "wiki_pool.jsonl" for r in rows)  # same label, so the same chunk keys
+
+
+def test_source_filter_names_the_fix(tmp_path):
+    from conftest import WIKI_POOL
+
+    with pytest.raises(CorpusError, match=r"source=NAME"):
+        read_corpus(f"{WIKI_POOL}?src=x")
+
+
 def test_jsonl_reader_names_bad_line(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"title": "A", "text": "fine"}\n{"title": "B"}\n')

