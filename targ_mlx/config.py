@@ -76,6 +76,14 @@ def default_db_path() -> Path:
     return platformdirs.user_data_path(APP_NAME) / "decisions.db"
 
 
+def default_cache_path() -> Path:
+    """TARG_MLX_CACHE, else the user cache dir: built kernels, assembled and repacked models."""
+    env = os.environ.get("TARG_MLX_CACHE")
+    if env:
+        return Path(env)
+    return platformdirs.user_cache_path(APP_NAME)
+
+
 def _frozen(mapping: Mapping) -> MappingProxyType:
     return MappingProxyType(
         {k: _frozen(v) if isinstance(v, Mapping) else v for k, v in mapping.items()}

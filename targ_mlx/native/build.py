@@ -86,12 +86,9 @@ def _march() -> str:
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("TARG_MLX_CACHE")
-    if root:
-        return Path(root) / "native"
-    from platformdirs import user_cache_dir
+    from targ_mlx.config import default_cache_path
 
-    return Path(user_cache_dir("targ-mlx")) / "native"
+    return default_cache_path() / "native"
 
 
 def module_path() -> Path:
