@@ -23,6 +23,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Label, ProgressBar, Static, TextArea
 
 from targ_mlx.assistant import Assistant
+from targ_mlx.calibration_rows import score_rows
 from targ_mlx.config import Config, load_config, save_tau
 from targ_mlx.decision_log import DecisionLog
 from tui import commands
@@ -338,7 +339,7 @@ class ChatApp(App):
         s = self.assistant.settings if self.assistant else None
         if s is None or s.gate not in commands.GATES[:3]:
             raise commands.CommandError("this gate has no threshold; choose /gate entropy, margin or variance first")
-        return self.decisions.scores(s.gate, s.k, model=self.assistant.backbone.model_id) if self.decisions else []
+        return score_rows(self.decisions, s.gate, s.k, model=self.assistant.backbone.model_id) if self.decisions else []
 
     def _cmd_budget(self, rho: float) -> None:
         tau = commands.budget_tau([r.u for r in self._scores()], rho)

@@ -138,12 +138,12 @@ def fit_tau(rows: Sequence[Any], rho: float | None = None, min_rows: int = MIN_R
     """/recalibrate: accuracy objective over labelled rows when there are enough, else a budget.
 
     Args:
-        rows: `ScoreRow`s from `DecisionLog.scores`.
+        rows: `ScoreRow`s from `calibration_rows.score_rows`.
         rho: force the budget objective with this rate (default: accuracy if labelled).
     Returns:
         (tau, a one-line description of how it was fitted).
     """
-    from targ_mlx.calibrate import labelled_rows
+    from targ_mlx.calibration_rows import labelled_rows
 
     u = [r.u for r in rows]
     labelled = labelled_rows(list(rows)) if rho is None else None

@@ -3,7 +3,7 @@
 import pytest
 
 from targ_mlx.calibration import budget_threshold
-from targ_mlx.decision_log import ScoreRow
+from targ_mlx.calibration_rows import ScoreRow
 from tui import commands
 from tui.commands import Command, CommandError
 

@@ -1,0 +1,90 @@
+"""What threshold calibration reads from the decision log: U per row and its labels.
+
+`score_rows` fetches the rows that logged a U for one gate; `labelled_rows` turns them into
+(U, correct_never, correct_always) for the accuracy objective. The maths is in `calibration.py`;
+`targ-calibrate` and the chat app's /recalibrate both read through here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from targ_mlx.decision_log import POSITIVE_LABELS, DecisionLog
+from targ_mlx.defaults import SCORED_GATES
+from targ_mlx.log_store import filters
+
+
+@dataclass(frozen=True)
+class ScoreRow:
+    """What calibration needs from one logged decision."""
+
+    id: int
+    source: str
+    model: str
+    gate: str  # the gate that made this row's decision
+    u: float  # U of the gate asked for in `score_rows()`, not necessarily the deciding one
+    retrieved: bool
+    em_never: float | None
+    em_always: float | None
+    f1_never: float | None
+    f1_always: float | None
+    label: str | None  # latest feedback label, if any
+
+
+@dataclass(frozen=True)
+class Labelled:
+    u: list[float]
+    correct_never: list[float]
+    correct_always: list[float]
+    from_branches: int  # rows with both branches scored
+    from_feedback: int  # rows labelled by a user vote
+
+
+def score_rows(log: DecisionLog, gate: str, k: int, model: str | None = None,
+               since: datetime | str | None = None, source: str | None = None,
+               beta: float | None = None) -> list[ScoreRow]:
+    """Rows that logged a U for `gate` at prefix length k, oldest first.
+
+    Any row carries every score its draft computed, so a margin calibration also uses
+    rows decided by another gate. `beta` narrows to one margin link (U depends on it).
+    """
+    if gate not in SCORED_GATES:
+        raise ValueError(f"gate must be one of {', '.join(SCORED_GATES)}; got {gate!r}")
+    where, params = filters(since=since, source=source, model=model, k=k, beta=beta)
+    column = f"u_{gate}"  # from the fixed SCORED_GATES, never from user text
+    where += f" AND {column} IS NOT NULL" if where else f"WHERE {column} IS NOT NULL"
+    sql = f"""
+        SELECT d.id, d.source, d.model, d.gate, d.{column} AS u, d.retrieved,
+               d.em_never, d.em_always, d.f1_never, d.f1_always,
+               (SELECT label FROM feedback f WHERE f.decision_id = d.id
+                ORDER BY f.id DESC LIMIT 1) AS label
+        FROM decisions d {where} ORDER BY d.id"""
+    return [ScoreRow(**{**r, "retrieved": bool(r["retrieved"])}) for r in log._query(sql, params)]
+
+
+def labelled_rows(rows: list[ScoreRow], metric: str = "em") -> Labelled:
+    """Split rows into (U, correct_never, correct_always) for the accuracy objective.
+
+    Rows with both counterfactual branches scored (eval runs) use them as they are. Other rows
+    with user feedback tell us about the branch that ran only, so the label is a vote on the
+    decision: a good answer after retrieving, or a bad one without, votes "retrieve"; the other
+    two cases vote "do not retrieve". The unseen branch is taken to have gone the other way.
+    """
+    u, never, always = [], [], []
+    n_branches = n_feedback = 0
+    for row in rows:
+        cn, ca = getattr(row, f"{metric}_never"), getattr(row, f"{metric}_always")
+        if cn is not None and ca is not None:
+            n_branches += 1
+        elif row.label is not None:
+            good = row.label in POSITIVE_LABELS
+            retrieve_was_right = good == row.retrieved
+            cn, ca = (0.0, 1.0) if retrieve_was_right else (1.0, 0.0)
+            n_feedback += 1
+        else:
+            continue
+        u.append(row.u)
+        never.append(cn)
+        always.append(ca)
+    return Labelled(u, never, always, n_branches, n_feedback)
