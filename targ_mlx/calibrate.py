@@ -32,7 +32,8 @@ from targ_mlx.calibration import (
 )
 from targ_mlx.calibration_rows import labelled_rows, score_rows
 from targ_mlx.config import GATES, Config, default_config_path, load_config, save_tau
-from targ_mlx.decision_log import SOURCES, DecisionLog, DecisionLogError
+from targ_mlx.decision_log import SOURCES, DecisionLog
+from targ_mlx.errors import TargError, run_main
 
 MIN_ROWS = 30  # fewer rows give a tau that moves by whole bins with each new row
 DEFAULT_BINS = 20
@@ -40,7 +41,7 @@ _SPAN = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
 
-class NotEnoughRowsError(Exception):
+class NotEnoughRowsError(TargError):
     """Too few usable rows in the log to fit a threshold."""
 
 
@@ -205,20 +206,16 @@ def run(args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = setup_arg_parser().parse_args(argv)
+def _main(args: argparse.Namespace) -> int:
     if args.budget is not None and not 0.0 <= args.budget <= 1.0:
-        print(
-            f"error: --budget must be a retrieval rate in [0, 1]; got {args.budget}",
-            file=sys.stderr,
-        )
-        raise SystemExit(1)
-    try:
-        print(run(args))
-    except (DecisionLogError, NotEnoughRowsError, ValueError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(1) from None
+        raise ValueError(f"--budget must be a retrieval rate in [0, 1]; got {args.budget}")
+    print(run(args))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main(_main, setup_arg_parser().parse_args(argv))
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

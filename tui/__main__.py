@@ -54,17 +54,19 @@ def make_loader(cfg, tau: float | None):
 def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from targ_mlx.errors import run_main
+
+    return run_main(_run, args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from targ_mlx.config import load_config
-    from targ_mlx.decision_log import DecisionLog, DecisionLogError
+    from targ_mlx.decision_log import DecisionLog
     from tui.app import make_app
 
-    try:
-        cfg = load_config(args.config).merged(model=args.model, gate=args.gate, k=args.k, index=args.index,
-                                              db=args.db, max_tokens=args.max_tokens)
-        log = DecisionLog(cfg.db)
-    except (ValueError, FileNotFoundError, DecisionLogError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    cfg = load_config(args.config).merged(model=args.model, gate=args.gate, k=args.k, index=args.index,
+                                          db=args.db, max_tokens=args.max_tokens)
+    log = DecisionLog(cfg.db)
     app = make_app(make_loader(cfg, args.tau), log=log, config=cfg, config_path=args.config, resume=not args.new)
     app.run()
     return 0
