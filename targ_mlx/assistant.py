@@ -9,56 +9,22 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Callable, Protocol
 
 from targ_mlx import gates, prompts
 from targ_mlx.backbone import Backbone
-from targ_mlx.config import DEFAULT_TAU
-from targ_mlx.draft import DEFAULT_K, DEFAULT_N, DEFAULT_TEMPERATURE, continue_greedy, draft, generate
+from targ_mlx.draft import continue_greedy, draft, generate
 from targ_mlx.errors import QuestionError, TargError
 from targ_mlx.records import Answer, Latency, PassageRef, TokenCounts
 from targ_mlx.retrieval import Passage, Retriever
+from targ_mlx.settings import Settings
 
-DEFAULT_MAX_TOKENS = 32  # the paper's short-answer cap; 50 for multi-hop
-DEFAULT_TOP_K = 5
 MAX_QUESTION_CHARS = 20_000  # refuse before tokenizing megabytes of pasted text
 
 
 class NoRetrieverError(TargError):
     pass
-
-
-@dataclass(frozen=True)
-class Settings:
-    gate: str = "margin"
-    tau: float | None = None  # None -> config.DEFAULT_TAU[gate] (placeholders until calibrated)
-    k: int = DEFAULT_K
-    beta: float = gates.DEFAULT_BETA
-    n_samples: int = DEFAULT_N
-    temperature: float = DEFAULT_TEMPERATURE
-    seed: int = 0
-    top_k: int = DEFAULT_TOP_K
-    context_tokens: int = prompts.DEFAULT_CONTEXT_TOKENS
-    max_tokens: int = DEFAULT_MAX_TOKENS
-    recheck_every: int = 0  # m: re-check the running score every m tokens (0 = single-shot)
-    prompt_style: str = "paper"
-
-    def __post_init__(self):
-        if self.gate not in gates.GATES:
-            raise ValueError(f"gate {self.gate!r} unknown; choose one of {', '.join(gates.GATES)}")
-        if self.k < 1:
-            raise ValueError(f"k must be >= 1, got {self.k}")
-        if self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
-        if self.top_k < 1:
-            raise ValueError(f"top_k must be >= 1, got {self.top_k}")
-
-    @property
-    def threshold(self) -> float:
-        if self.tau is not None:
-            return float(self.tau)
-        return DEFAULT_TAU.get(self.gate, 0.0)  # never/always ignore tau
 
 
 class DecisionSink(Protocol):
@@ -135,7 +101,7 @@ class Assistant:
             scores["margin"] = gates.margin_score(d.gaps, s.beta)
             if d.samples:
                 scores["variance"] = gates.variance_score(d.samples, s.k)
-        decision = gates.decide(s.gate, scores.get(s.gate), s.threshold)
+        decision = gates.decide(s.gate, scores.get(s.gate), s.tau)
         lat["gate"] = time.perf_counter() - t_gate
 
         passages: tuple[Passage, ...] = ()
@@ -163,7 +129,7 @@ class Assistant:
         total = time.perf_counter() - t_start
         ans = Answer(
             question=q, answer=tok.decode(text_ids).strip(), model=self.backbone.model_id, gate=s.gate,
-            tau=s.threshold, score=decision.signal, retrieved=decision.retrieve or rechecked_at is not None,
+            tau=s.tau, score=decision.signal, retrieved=decision.retrieve or rechecked_at is not None,
             k=s.k, beta=s.beta, n_samples=s.n_samples if s.gate == "variance" else 0, temperature=s.temperature,
             scores=scores,
             passages=tuple(PassageRef(p.key, p.title, round(p.score, 6), p.text) for p in passages),
@@ -214,7 +180,7 @@ class Assistant:
             gaps.append(g.item())
             if len(out) % s.recheck_every == 0 and tok_id not in bb.tokenizer.eos_ids:
                 u = gates.score(s.gate, gates.DraftSignals(ents, gaps), None, s.beta)
-                if u > s.threshold:
+                if u > s.tau:
                     lat["decode"] += time.perf_counter() - t0
                     at = len(d.tokens) + len(out)
                     prefix = list(d.tokens) + out

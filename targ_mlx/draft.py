@@ -17,13 +17,11 @@ import mlx.core as mx
 from mlx_lm.models.cache import KVCache
 
 from targ_mlx.backbone import Backbone
+from targ_mlx.defaults import DEFAULT_K, DEFAULT_TEMPERATURE
 from targ_mlx.gates import DraftSignals
 from targ_mlx.native.model import SharedPrefixCache
 from targ_mlx.sampling import uniforms
 
-DEFAULT_K = 20
-DEFAULT_N = 5
-DEFAULT_TEMPERATURE = 0.7
 
 
 @dataclass

@@ -7,8 +7,7 @@ import logging
 import sys
 from pathlib import Path
 
-from targ_mlx.cli import add_common_args
-from targ_mlx.gates import GATES
+from targ_mlx.flags import add_common_args, settings_from_args
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
@@ -19,19 +18,15 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     return p
 
 
-def make_loader(cfg, tau: float | None):
+def make_loader(cfg, settings):
     """`loader(progress) -> (Assistant, index label, notice)`: model, then index (built on first run)."""
 
     def load(progress):
-        from targ_mlx.assistant import Assistant, Settings
+        from targ_mlx.assistant import Assistant
         from targ_mlx.backbone import load_backbone
 
         progress(f"loading model {cfg.model}")
         bb = load_backbone(cfg.model)
-        t = tau if tau is not None else (cfg.tau_for(bb.model_id, cfg.gate) if cfg.gate in GATES[:3] else None)
-        settings = Settings(gate=cfg.gate, tau=t, k=cfg.k, beta=cfg.beta, n_samples=cfg.n_samples,
-                            temperature=cfg.temperature, top_k=cfg.top_k, context_tokens=cfg.context_tokens,
-                            max_tokens=cfg.max_tokens)
         retriever, index_id = None, None
         try:
             from targ_mlx import index
@@ -64,10 +59,12 @@ def _run(args: argparse.Namespace) -> int:
     from targ_mlx.decision_log import DecisionLog
     from tui.app import make_app
 
-    cfg = load_config(args.config).merged(model=args.model, gate=args.gate, k=args.k, index=args.index,
-                                          db=args.db, max_tokens=args.max_tokens)
+    from targ_mlx.model_spec import model_key
+
+    cfg = load_config(args.config).merged(model=args.model, index=args.index, db=args.db)
+    settings = settings_from_args(args, cfg, model_key(cfg.model))  # fails before the model loads
     log = DecisionLog(cfg.db)
-    app = make_app(make_loader(cfg, args.tau), log=log, config=cfg, config_path=args.config, resume=not args.new)
+    app = make_app(make_loader(cfg, settings), log=log, config=cfg, config_path=args.config, resume=not args.new)
     app.run()
     return 0
 

@@ -159,7 +159,7 @@ class ChatApp(App):
         index = self.index_label or (a.index_id if a and a.index_id else "-")
         self.query_one(StatusBar).set_status(
             model=a.backbone.model_id if a else "loading", index=index, gate=s.gate if s else "-",
-            tau=s.threshold if s and s.gate in commands.GATES[:3] else None, k=s.k if s else 0,
+            tau=s.tau if s and s.scored else None, k=s.k if s else 0,
             retrieved=self.retrieved, answered=self.answered,
             state=state or ("generating…" if self.generating else ""))
 
@@ -325,19 +325,19 @@ class ChatApp(App):
         self.assistant.settings = replace(self.assistant.settings, **changes)
 
     def _cmd_gate(self, gate: str) -> None:
-        tau = self.config.tau_for(self.assistant.backbone.model_id, gate) if gate in commands.GATES[:3] else None
-        self._settings(gate=gate, tau=tau)
+        self.assistant.settings = self.assistant.settings.with_gate(gate, self.config, self.assistant.backbone.model_id)
+        tau = self.assistant.settings.tau if self.assistant.settings.scored else None
         self.notify(f"gate {gate}" + (f", τ {tau:.3f}" if tau is not None else ""))
 
     def _cmd_tau(self, tau: float) -> None:
         self._settings(tau=tau)
         gate = self.assistant.settings.gate
-        extra = f" (gate {gate} ignores τ)" if gate not in commands.GATES[:3] else ""
+        extra = f" (gate {gate} ignores τ)" if not self.assistant.settings.scored else ""
         self.notify(f"τ {tau:g}{extra}")
 
     def _scores(self) -> list:
         s = self.assistant.settings if self.assistant else None
-        if s is None or s.gate not in commands.GATES[:3]:
+        if s is None or not s.scored:
             raise commands.CommandError("this gate has no threshold; choose /gate entropy, margin or variance first")
         return score_rows(self.decisions, s.gate, s.k, model=self.assistant.backbone.model_id) if self.decisions else []
 
@@ -379,9 +379,7 @@ class ChatApp(App):
     def _swap_model(self, bb) -> None:
         a = self.assistant
         a.backbone = bb
-        gate = a.settings.gate
-        tau = self.config.tau_for(bb.model_id, gate) if gate in commands.GATES[:3] else None
-        a.settings = replace(a.settings, tau=tau)
+        a.settings = a.settings.with_gate(a.settings.gate, self.config, bb.model_id)
         self.notify(f"model {bb.model_id} loaded")
         self._status()
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from targ_mlx.calibration import accuracy_threshold, budget_threshold, retrieval_rate
+from targ_mlx.defaults import GATES
 
-GATES = ("entropy", "margin", "variance", "never", "always")
 MIN_ROWS = 30  # same rule as `targ-calibrate`: fewer rows move tau by whole bins
 DEFAULT_BUDGET = 0.3  # /recalibrate's retrieval budget when no labelled rows exist
 

@@ -15,28 +15,40 @@ from typing import Sequence
 
 from targ_mlx import batch, gates, prompts
 from targ_mlx.backbone import Backbone
+from targ_mlx.defaults import (  # noqa: F401  (DEFAULT_K: the eval CLI's default k)
+    DEFAULT_BETA,
+    DEFAULT_K,
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_N_SAMPLES,
+    DEFAULT_TEMPERATURE,
+    DEFAULT_TOP_K,
+)
 from targ_mlx.eval import probes
 from targ_mlx.eval.datasets import QAItem
 from targ_mlx.eval.metrics import score_all
 
-KS = (5, 10, 20, 30, 40)
-DEFAULT_K = 20
+# Where the eval's protocol departs from the assistant's defaults (targ_mlx.defaults), and why:
+KS = (5, 10, 20, 30, 40)  # the paper sweeps the draft length k; one pass records up to k_max
+K_MAX = 40
 DEFAULT_CONTEXT_TOKENS = 512  # L_ctx for eval: half the assistant's 1024, for throughput
+EVAL_PROMPT = "short"  # few-shot short answers: with the paper's prompt SmolLM2's EM is 0
 CRAG_CONTEXT_TOKENS = 256  # the CRAG-lite evaluator grades the head of the packed context
 
 
 @dataclass(frozen=True)
 class RecordSettings:
-    k_max: int = 40
+    """The eval's settings: the assistant's defaults except the protocol values above."""
+
+    k_max: int = K_MAX
     ks: tuple[int, ...] = KS
-    n_samples: int = 5
-    temperature: float = 0.7
-    beta: float = gates.DEFAULT_BETA
-    top_k: int = 5
+    n_samples: int = DEFAULT_N_SAMPLES
+    temperature: float = DEFAULT_TEMPERATURE
+    beta: float = DEFAULT_BETA
+    top_k: int = DEFAULT_TOP_K
     context_tokens: int = DEFAULT_CONTEXT_TOKENS
     crag_tokens: int = CRAG_CONTEXT_TOKENS
-    max_tokens: int = 32
-    prompt_style: str = "short"
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    prompt_style: str = EVAL_PROMPT
     seed: int = 0
     baselines: bool = True
 
