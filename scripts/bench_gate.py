@@ -20,7 +20,9 @@ import statistics
 import time
 from datetime import date
 
-import targ_mlx  # noqa: F401  (binds OpenBLAS before mlx.core)
+from targ_mlx import bind_openblas
+
+bind_openblas()  # before mlx.core loads
 
 from targ_mlx.assistant import Assistant, Settings
 from targ_mlx.backbone import load_backbone

@@ -8,6 +8,7 @@ import logging
 import sys
 import uuid
 
+from targ_mlx._blas import bind_openblas
 from targ_mlx.defaults import (
     DEFAULT_BETA,
     DEFAULT_CONTEXT_TOKENS,
@@ -56,6 +57,7 @@ def open_index(path: str | None):
 
 
 def ask(args: argparse.Namespace) -> int:
+    bind_openblas()  # before the first import of mlx.core (the assistant's)
     from targ_mlx.assistant import Assistant
     from targ_mlx.backbone import load_backbone
     from targ_mlx.config import load_config

@@ -71,3 +71,10 @@ def test_every_entry_point_reports_errors_alike(tmp_path, capsys):
         assert run(argv) == EXIT_ERROR, run.__module__
         err = capsys.readouterr().err
         assert err.startswith("error: ") and err.count("\n") == 1, err
+
+
+def test_importing_the_package_does_no_work():
+    """`import targ_mlx` loads neither MLX nor OpenBLAS; the entry points bind it when they start."""
+    code = ("import sys, targ_mlx, targ_mlx._blas as b, targ_mlx.config, targ_mlx.settings, targ_mlx.decision_log; "
+            "assert 'mlx.core' not in sys.modules, 'mlx'; assert b.BLAS_STATUS == 'not attempted', b.BLAS_STATUS")
+    subprocess.run([sys.executable, "-c", code], check=True)

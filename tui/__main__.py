@@ -55,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from targ_mlx import bind_openblas
+
+    bind_openblas()  # before the first import of mlx.core (the app's assistant)
     from targ_mlx.config import load_config
     from targ_mlx.decision_log import DecisionLog
     from tui.app import make_app

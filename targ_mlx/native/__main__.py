@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-import targ_mlx  # noqa: F401  (binds OpenBLAS before mlx.core loads)
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
@@ -23,6 +22,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from targ_mlx import bind_openblas
+
+    bind_openblas()  # before the first import of mlx.core
     from targ_mlx import native
     from targ_mlx.native.build import build, module_path
 
