@@ -24,6 +24,7 @@ from targ_mlx import bind_openblas
 
 bind_openblas()  # before mlx.core loads
 
+from targ_mlx import pipeline
 from targ_mlx.assistant import Assistant, Settings
 from targ_mlx.backbone import load_backbone
 from targ_mlx.draft import draft
@@ -57,7 +58,7 @@ def main(argv=None):
         return out, time.perf_counter() - t0
 
     for i, q in enumerate(questions):
-        ids = a.question_ids(q, args.prompt)
+        ids = pipeline.prompt_ids(a.backbone, q, args.prompt)
         best = {"never": [], "targ": [], "greedy": [], "variance": []}
         for _ in range(args.reps):
             arms = ["never", "targ"]

@@ -30,19 +30,14 @@ from targ_mlx.calibration import (
     retrieval_rate,
     text_histogram,
 )
-from targ_mlx.calibration_rows import labelled_rows, score_rows
+from targ_mlx.calibration_rows import MIN_ROWS, NotEnoughRowsError, labelled_rows, score_rows
 from targ_mlx.config import GATES, Config, default_config_path, load_config, save_tau
 from targ_mlx.decision_log import SOURCES, DecisionLog
-from targ_mlx.errors import TargError, run_main
+from targ_mlx.errors import run_cli
 
-MIN_ROWS = 30  # fewer rows give a tau that moves by whole bins with each new row
 DEFAULT_BINS = 20
 _SPAN = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-
-
-class NotEnoughRowsError(TargError):
-    """Too few usable rows in the log to fit a threshold."""
 
 
 def parse_since(text: str, now: datetime | None = None) -> datetime:
@@ -214,7 +209,7 @@ def _main(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_main(_main, setup_arg_parser().parse_args(argv))
+    return run_cli(setup_arg_parser(), _main, argv)
 
 
 if __name__ == "__main__":

@@ -2,17 +2,28 @@
 
 `score_rows` fetches the rows that logged a U for one gate; `labelled_rows` turns them into
 (U, correct_never, correct_always) for the accuracy objective. The maths is in `calibration.py`;
-`targ-calibrate` and the chat app's /recalibrate both read through here.
+`fit_tau` is the chat app's /recalibrate and /budget rule. `targ-calibrate` and the chat app both
+read through here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Sequence
 
+from targ_mlx.calibration import accuracy_threshold, budget_threshold, retrieval_rate
 from targ_mlx.decision_log import POSITIVE_LABELS, DecisionLog
 from targ_mlx.defaults import SCORED_GATES
+from targ_mlx.errors import TargError
 from targ_mlx.log_store import filters
+
+MIN_ROWS = 30  # fewer rows give a tau that moves by whole bins with each new row
+DEFAULT_BUDGET = 0.3  # /recalibrate's retrieval budget when no labelled rows exist
+
+
+class NotEnoughRowsError(TargError):
+    """Too few usable rows in the log to fit a threshold."""
 
 
 @dataclass(frozen=True)
@@ -88,3 +99,31 @@ def labelled_rows(rows: list[ScoreRow], metric: str = "em") -> Labelled:
         never.append(cn)
         always.append(ca)
     return Labelled(u, never, always, n_branches, n_feedback)
+
+
+def budget_tau(scores: Sequence[float], rho: float, min_rows: int = MIN_ROWS) -> float:
+    """tau = budget_threshold(scores, rho), refused below `min_rows` logged scores."""
+    if len(scores) < min_rows:
+        raise NotEnoughRowsError(f"only {len(scores)} logged answers with this gate, k and model (need {min_rows}); "
+                                 "ask more questions first, or set tau directly")
+    return budget_threshold(scores, rho)
+
+
+def fit_tau(rows: Sequence[ScoreRow], rho: float | None = None, min_rows: int = MIN_ROWS) -> tuple[float, str]:
+    """The accuracy objective over labelled rows when there are enough, else a retrieval budget.
+
+    Args:
+        rows: from `score_rows`.
+        rho: force the budget objective with this rate (default: accuracy if labelled).
+    Returns:
+        (tau, a one-line description of how it was fitted).
+    """
+    u = [r.u for r in rows]
+    labelled = labelled_rows(list(rows)) if rho is None else None
+    if labelled is not None and len(labelled.u) >= min_rows:
+        tau = accuracy_threshold(labelled.u, labelled.correct_never, labelled.correct_always)
+        rate = retrieval_rate(labelled.u, tau)
+        return tau, f"accuracy on {len(labelled.u)} labelled rows; retrieval rate {100 * rate:.0f}%"
+    rho = DEFAULT_BUDGET if rho is None else rho
+    tau = budget_tau(u, rho, min_rows)
+    return tau, f"budget rho={rho:g} over {len(u)} logged rows; retrieval rate {100 * retrieval_rate(u, tau):.0f}%"

@@ -90,11 +90,9 @@ def ask(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = setup_arg_parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    from targ_mlx.errors import run_main
+    from targ_mlx.errors import run_cli
 
-    return run_main(ask, args)
+    return run_cli(setup_arg_parser(), ask, argv)
 
 
 if __name__ == "__main__":

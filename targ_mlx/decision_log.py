@@ -64,14 +64,8 @@ def _finite_or_none(x: float | None) -> float | None:
 
 
 class DecisionLog(Transcript):
-    """Read and write the decision log (decisions and feedback; the transcript via `Transcript`).
-
-    Args:
-        db: a path (created with its parent folder if missing) or an open sqlite-utils
-            `Database` (e.g. `Database(memory=True)` in tests), which the caller owns.
-        lock_timeout: seconds a write retries a locked file before raising
-            `DecisionLogLockedError` (default `DEFAULT_LOCK_TIMEOUT`).
-    """
+    """Read and write the decision log: decisions and feedback here, the chat transcript from
+    `Transcript`, the file (`DecisionLog(path_or_database, lock_timeout)`) from `LogStore`."""
 
     def record(
         self,

@@ -152,6 +152,17 @@ def _batched_draft(bb: Backbone, cache: list[Any], logits: mx.array, k: int, n: 
     return greedy, ents_f, gaps_f, samples, row0
 
 
+def continue_with_stats(bb: Backbone, d: Draft, max_new: int, cancel: threading.Event | None = None
+                        ) -> Iterator[tuple[int, float, float]]:
+    """Greedy tokens after the draft's last token with each step's (entropy, gap), as the draft
+    records them: what the optional re-check scores while the answer streams."""
+    if d.ended or max_new <= 0:
+        return
+    logits = bb.step(mx.array([d.tokens[-1]], dtype=mx.int32), d.cache)
+    for tok, e, g in _greedy(bb, d.cache, logits, max_new, stats=True, cancel=cancel):
+        yield tok, e.item(), g.item()
+
+
 def continue_greedy(bb: Backbone, d: Draft, max_new: int, cancel: threading.Event | None = None,
                     on_token: Callable[[int], None] | None = None) -> tuple[list[int], float]:
     """Greedy tokens after the draft's last token (the draft itself not included)."""

@@ -21,6 +21,15 @@ class QuestionError(TargError, ValueError):
     """An empty question, or one that cannot fit the model's context window."""
 
 
+def run_cli(parser, fn, argv: list[str] | None = None, **kw) -> int:
+    """An entry point's `main(argv)`: parse, set up logging, run `fn(args)` under `run_main`."""
+    import logging
+
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    return run_main(fn, args, **kw)
+
+
 def run_main(fn, args, interrupted: str = "interrupted", errors: tuple[type[BaseException], ...] = ()) -> int:
     """Run a CLI body: our errors and bad values become one `error: ...` line and `EXIT_ERROR`.
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 
@@ -47,11 +46,9 @@ def make_loader(cfg, settings):
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = setup_arg_parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    from targ_mlx.errors import run_main
+    from targ_mlx.errors import run_cli
 
-    return run_main(_run, args)
+    return run_cli(setup_arg_parser(), _run, argv)
 
 
 def _run(args: argparse.Namespace) -> int:

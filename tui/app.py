@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 import uuid
-from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -23,9 +22,9 @@ from textual.screen import Screen
 from textual.widgets import Footer, Label, ProgressBar, Static, TextArea
 
 from targ_mlx.assistant import Assistant
-from targ_mlx.calibration_rows import score_rows
-from targ_mlx.config import Config, load_config, save_tau
+from targ_mlx.config import Config, load_config
 from targ_mlx.decision_log import DecisionLog
+from targ_mlx.errors import TargError
 from tui import commands
 from tui.messages import AnswerDone, AnswerText, Loaded, LoadProgress
 from tui.widgets import ChatLog, DecisionInfo, DecisionPanel, MessageView, PromptArea, SourcesPanel, StatusBar
@@ -145,9 +144,8 @@ class ChatApp(App):
 
     def _use_assistant(self, assistant: Assistant) -> None:
         self.assistant = assistant
-        assistant.session, assistant.source = self.session, "chat"
-        if assistant.log is None:
-            assistant.log = self.decisions
+        assistant.attach(source="chat", session=self.session, log=self.decisions if assistant.log is None else None,
+                         config=self.config, config_path=self.config_path)
         self.query_one("#loading").add_class("-hidden")
         self._status()
 
@@ -187,7 +185,7 @@ class ChatApp(App):
             return
         self.session = uuid.uuid4().hex[:12]
         if self.assistant is not None:
-            self.assistant.session = self.session
+            self.assistant.attach(session=self.session)
         self.query_one(ChatLog).remove_children()
         self.answered = self.retrieved = 0
         self.query_one(DecisionPanel).show(None)
@@ -315,18 +313,20 @@ class ChatApp(App):
         try:
             cmd = commands.parse(text)
             getattr(self, f"_cmd_{cmd.name}")(cmd.value)
-        except (commands.CommandError, ValueError) as e:
+        except (commands.CommandError, TargError, ValueError) as e:
             self.notify(str(e), severity="error", timeout=8)
         self._status()
 
     def _settings(self, **changes) -> None:
         if self.assistant is None:
             raise commands.CommandError("the model is still loading; try again in a moment")
-        self.assistant.settings = replace(self.assistant.settings, **changes)
+        self.assistant.configure(**changes)
 
     def _cmd_gate(self, gate: str) -> None:
-        self.assistant.settings = self.assistant.settings.with_gate(gate, self.config, self.assistant.backbone.model_id)
-        tau = self.assistant.settings.tau if self.assistant.settings.scored else None
+        if self.assistant is None:
+            raise commands.CommandError("the model is still loading; try again in a moment")
+        s = self.assistant.set_gate(gate)
+        tau = s.tau if s.scored else None
         self.notify(f"gate {gate}" + (f", τ {tau:.3f}" if tau is not None else ""))
 
     def _cmd_tau(self, tau: float) -> None:
@@ -335,15 +335,9 @@ class ChatApp(App):
         extra = f" (gate {gate} ignores τ)" if not self.assistant.settings.scored else ""
         self.notify(f"τ {tau:g}{extra}")
 
-    def _scores(self) -> list:
-        s = self.assistant.settings if self.assistant else None
-        if s is None or not s.scored:
-            raise commands.CommandError("this gate has no threshold; choose /gate entropy, margin or variance first")
-        return score_rows(self.decisions, s.gate, s.k, model=self.assistant.backbone.model_id) if self.decisions else []
-
     def _cmd_budget(self, rho: float) -> None:
-        tau = commands.budget_tau([r.u for r in self._scores()], rho)
-        self._settings(tau=tau)
+        self._settings()  # refused while loading
+        tau = self.assistant.budget(rho)
         self.notify(f"τ {tau:.4f} for a retrieval budget of {rho:g}")
 
     def _cmd_k(self, k: int) -> None:
@@ -351,11 +345,9 @@ class ChatApp(App):
         self.notify(f"draft length k = {k}")
 
     def _cmd_recalibrate(self, rho: float | None) -> None:
-        tau, how = commands.fit_tau(self._scores(), rho)
-        self._settings(tau=tau)
-        s = self.assistant.settings
-        path = save_tau(self.assistant.backbone.model_id, s.gate, tau, self.config_path)
-        self.config = load_config(path)
+        self._settings()  # refused while loading
+        tau, how, path = self.assistant.recalibrate(rho)
+        self.config = self.assistant.config
         self.notify(f"τ {tau:.4f} ({how}); saved to {path}", timeout=10)
 
     def _cmd_model(self, spec: str) -> None:
@@ -365,36 +357,23 @@ class ChatApp(App):
 
     @work(thread=True, exclusive=True, group="load")
     def reload_model(self, spec: str) -> None:
-        from targ_mlx.backbone import load_backbone
-
         self.post_message(LoadProgress(f"loading model {spec}"))
         try:
-            bb = load_backbone(spec)
+            bb = self.assistant.reload_model(spec)
         except Exception as e:
             self.call_from_thread(self.notify, f"could not load {spec}: {e}", severity="error", timeout=10)
             self.call_from_thread(self._status)
             return
-        self.call_from_thread(self._swap_model, bb)
-
-    def _swap_model(self, bb) -> None:
-        a = self.assistant
-        a.backbone = bb
-        a.settings = a.settings.with_gate(a.settings.gate, self.config, bb.model_id)
-        self.notify(f"model {bb.model_id} loaded")
-        self._status()
+        self.call_from_thread(self.notify, f"model {bb.model_id} loaded")
+        self.call_from_thread(self._status)
 
     def _cmd_index(self, folder: str) -> None:
-        from targ_mlx.index import open_retriever
-
         if self.generating or self.assistant is None:
             raise commands.CommandError("wait for the current answer or load to finish first")
         try:
-            retriever = open_retriever(Path(folder).expanduser())
+            retriever = self.assistant.open_index(folder)
         except Exception as e:
             raise commands.CommandError(f"could not open index {folder}: {e}") from None
-        a = self.assistant
-        self.assistant = Assistant(a.backbone, retriever, a.settings, log=a.log, source="chat",
-                                   session=self.session, index_id=retriever.manifest_id)
         self.index_label = Path(folder).name
         self.notify(f"index {folder} opened ({len(retriever):,} vectors)")
 

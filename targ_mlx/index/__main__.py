@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 
-from targ_mlx.errors import run_main
+from targ_mlx.errors import run_cli
 from targ_mlx.index.build import DEFAULT_COMMIT_EVERY
 from targ_mlx.index.distributed import DEFAULT_SHARD_SIZE
 from targ_mlx.index.encoder import DEFAULT_BATCH_SIZE, DEFAULT_ENCODER
@@ -133,9 +132,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = setup_arg_parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    return run_main(_run, args)
+    return run_cli(setup_arg_parser(), _run, argv)
 
 
 if __name__ == "__main__":

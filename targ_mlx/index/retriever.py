@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from targ_mlx.index.encoder import Encoder, canonical_name, load_encoder
+from targ_mlx.index.encoder import Encoder, canonical_name
 from targ_mlx.index.errors import IndexCorruptError, IndexMismatchError
 from targ_mlx.index.query import QueryEncoding
 from targ_mlx.index.sharded import ShardedRetriever

@@ -15,10 +15,10 @@ def setup_arg_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from targ_mlx.errors import run_main
+    from targ_mlx.errors import run_cli
     from targ_mlx.native.build import BuildError
 
-    return run_main(_run, setup_arg_parser().parse_args(argv), errors=(BuildError,))
+    return run_cli(setup_arg_parser(), _run, argv, errors=(BuildError,))
 
 
 def _run(args: argparse.Namespace) -> int:
