@@ -13,6 +13,11 @@ from typing import Any, Sequence
 from targ_mlx.defaults import GATES
 
 
+# the app's keys, for /help
+KEYS = (("Enter", "send"), ("Ctrl+J / Alt+Enter", "new line"), ("Tab", "complete a /command"),
+        ("Esc", "stop the answer"), ("F2 / F3", "mark the answer correct / wrong"), ("F4", "copy the answer"),
+        ("Ctrl+N", "new chat"), ("Ctrl+P", "command palette"), ("Ctrl+Q", "quit"))
+
 # name -> (usage, help); the order is the order of /help and of the command palette
 COMMANDS: dict[str, tuple[str, str]] = {
     "gate": ("/gate entropy|margin|variance|never|always", "choose the retrieval gate"),
