@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 
 from targ_mlx import gates, prompts
 from targ_mlx.backbone import Backbone
-from targ_mlx.defaults import RECHECK_GATES
+from targ_mlx.defaults import RECHECK_GATES, SCORED_GATES
 from targ_mlx.draft import Draft, continue_with_stats, draft, generate
 from targ_mlx.errors import QuestionError
 from targ_mlx.retrieval import Passage
@@ -46,7 +46,7 @@ def prepare(bb: Backbone, question: str, s: Any) -> tuple[str, list[int]]:
 def draft_for(bb: Backbone, ids: list[int], s: Any) -> Draft | None:
     """The k-token draft the gate scores (N sampled rows too for variance); None for never/always,
     whose answer is plain greedy decoding with no draft statistics."""
-    if s.gate in ("never", "always"):
+    if s.gate not in SCORED_GATES:
         return None
     return draft(bb, ids, s.k, s.n_samples if s.gate == "variance" else 0, s.temperature, s.seed)
 
