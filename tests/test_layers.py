@@ -96,3 +96,38 @@ def test_the_core_never_imports_the_tui_or_an_entry_point():
     for mod, deps in graph.items():
         if mod.startswith("tui") and mod != "tui.__main__":
             assert {d for d in deps if d in ENTRY_POINTS} == set(), mod
+
+
+# Lowest first; a module imports only from its own layer or below. Prefix match, longest wins.
+LAYERS = (
+    ("targ_mlx", "targ_mlx._blas", "targ_mlx.defaults", "targ_mlx.errors", "targ_mlx.records",
+     "targ_mlx.retrieval", "targ_mlx.calibration", "targ_mlx.native", "targ_mlx.eval.metrics",
+     "targ_mlx.eval.probes"),
+    ("targ_mlx.config", "targ_mlx.log_store", "targ_mlx.model_spec", "targ_mlx.gates", "targ_mlx.prompts",
+     "targ_mlx.tokenizer", "targ_mlx.gguf", "targ_mlx.index"),
+    ("targ_mlx.settings", "targ_mlx.transcript", "targ_mlx.sampling", "targ_mlx.engine"),
+    ("targ_mlx.decision_log", "targ_mlx.backbone"),
+    ("targ_mlx.draft", "targ_mlx.batch", "targ_mlx.calibration_rows"),
+    ("targ_mlx.pipeline",),
+    ("targ_mlx.assistant", "targ_mlx.eval"),
+    ("targ_mlx.flags",),
+    ("targ_mlx.cli", "targ_mlx.calibrate", "targ_mlx.__main__", "targ_mlx.eval.__main__", "targ_mlx.index.__main__",
+     "targ_mlx.native.__main__", "tui"),
+)
+
+
+def layer_of(mod: str) -> int:
+    best, level = -1, None
+    for i, names in enumerate(LAYERS):
+        for name in names:
+            if (mod == name or mod.startswith(name + ".")) and len(name) > best:
+                best, level = len(name), i
+    assert level is not None, f"{mod} has no layer in LAYERS"
+    return level
+
+
+def test_no_import_from_a_lower_layer_back_up():
+    graph = import_graph()
+    up = [(m, d) for m, deps in graph.items() for d in deps
+          if d not in _parents(m) and m not in CONSOLE_SCRIPT_HOLDERS and layer_of(d) > layer_of(m)]
+    assert up == []
