@@ -74,7 +74,9 @@ def ask(args: argparse.Namespace) -> int:
     assistant = Assistant(bb, open_index(cfg.index), settings, log=log, source="ask", session=uuid.uuid4().hex[:12])
     ans = assistant.answer(args.question)
     if args.json:
-        print(json.dumps(ans.to_dict(), ensure_ascii=False))
+        record = ans.to_dict()
+        record["tau"] = record["tau"] if ans.gate in SCORED_GATES else None  # never/always: +-inf, not JSON
+        print(json.dumps(record, ensure_ascii=False))
         return 0
     print(ans.answer)
     u = "-" if ans.score is None else f"{ans.score:.3f}"
