@@ -56,9 +56,14 @@ def _valid(path: Path, size: int) -> bool:
         return f.read(4) == GGUF_MAGIC
 
 
+def joined_path(spec: PartedFile) -> Path:
+    """Where the joined file lives (or will), in the user cache."""
+    return default_cache_path() / "models" / spec.file
+
+
 def joined_file(alias: str, spec: PartedFile) -> str:
     """The joined file in the user cache, built from the installed parts the first time."""
-    out = default_cache_path() / "models" / spec.file
+    out = joined_path(spec)
     if _valid(out, spec.size):
         return str(out)
     parts = []

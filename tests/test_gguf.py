@@ -110,7 +110,7 @@ def test_block_type_mlx_cannot_read_loads(tmp_path, vocab_meta):
         mx.load(str(q5), return_metadata=True)  # the reason for the gguf-package fallback
     bb = load_backbone(str(q5))
     # Q5_0 is repacked to 8-bit groups for the kernels (exactly), else dequantized to float32
-    assert bb.info["arch"] == "llama" and bb.dtype == ("q8" if bb.engine is not None else "float32")
+    assert bb.info["arch"] == "llama" and bb.dtype == ("q8" if bb.engine.name == "targ_mlx.native" else "float32")
     ref = load_backbone(str(_write(tmp_path / "tiny-f32.gguf", "llama", GGMLQuantizationType.F32, vocab_meta)))
     a, b = _logits(bb), _logits(ref)
     assert np.isfinite(a).all()
@@ -198,9 +198,9 @@ def test_k_quant_file_runs_on_the_kernels(tmp_path, vocab_meta):
         pytest.skip(f"CPU kernels unavailable: {native.status()}")
     path = _kquant_file(tmp_path, vocab_meta)
     bb = load_backbone(str(path))
-    assert bb.engine is not None and bb.dtype == "q4"
+    assert bb.engine.name == "targ_mlx.native" and bb.dtype == "q4"
     ref = load_backbone(str(path), dtype="float32", kernels=False)  # gguf-py's dequantization
-    assert ref.engine is None and ref.dtype == "float32"
+    assert ref.engine.name == "mlx" and ref.dtype == "float32"
     a, b = _logits(bb), _logits(ref)
     # int8 activations, float16 scales and Q6_K's rounding are the only differences
     assert np.corrcoef(a.ravel(), b.ravel())[0, 1] > 0.99
@@ -208,7 +208,7 @@ def test_k_quant_file_runs_on_the_kernels(tmp_path, vocab_meta):
 
 def test_repack_cache_is_hit_then_rebuilt_when_corrupt(tmp_path, vocab_meta, monkeypatch):
     from targ_mlx import gguf, native
-    from targ_mlx.native import cache
+    from targ_mlx import repack as cache
 
     if native.ops() is None:
         pytest.skip(f"CPU kernels unavailable: {native.status()}")

@@ -14,6 +14,7 @@ from targ_mlx.index.build import build_index
 from targ_mlx.index.chunking import ChunkParams
 from targ_mlx.index.corpus import VITAL
 from targ_mlx.index.encoder import DEFAULT_ENCODER, Encoder, load_encoder
+from targ_mlx.index.exact import ExactRetriever
 from targ_mlx.index.errors import (
     CorpusError,
     IndexCorruptError,
@@ -28,7 +29,7 @@ DEFAULT_INDEX_NAME = "vital-articles-minilm"
 ENV_INDEX = "TARG_MLX_INDEX"
 
 __all__ = [
-    "CorpusError", "ChunkParams", "DEFAULT_ENCODER", "Encoder", "HnswParams", "IndexCorruptError",
+    "CorpusError", "ChunkParams", "DEFAULT_ENCODER", "Encoder", "ExactRetriever", "HnswParams", "IndexCorruptError",
     "IndexError_", "IndexInfo", "IndexMismatchError", "IndexMissingError", "IndexRetriever",
     "build_index", "default_index_dir", "ensure_default_index", "load_encoder", "open_retriever",
     "read_manifest",

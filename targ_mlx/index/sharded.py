@@ -13,7 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from targ_mlx.index.encoder import Encoder
-from targ_mlx.index.retriever import QueryEncoding
+from targ_mlx.index.query import QueryEncoding
 from targ_mlx.index.store import manifest_id
 from targ_mlx.retrieval import Passage
 

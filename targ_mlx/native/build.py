@@ -86,9 +86,12 @@ def _march() -> str:
 
 
 def cache_dir() -> Path:
-    from targ_mlx.config import default_cache_path
+    root = os.environ.get("TARG_MLX_CACHE")
+    if root:
+        return Path(root) / "native"
+    from platformdirs import user_cache_dir
 
-    return default_cache_path() / "native"
+    return Path(user_cache_dir("targ-mlx")) / "native"
 
 
 def module_path() -> Path:
