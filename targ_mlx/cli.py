@@ -16,7 +16,9 @@ logger = logging.getLogger(__name__)
 def add_common_args(p: argparse.ArgumentParser) -> None:
     """Flags shared by `targ ask` and the chat app (`targ-chat`); None means "from config"."""
     p.add_argument("--model", help="alias (smollm2-135m, the offline default), .gguf path, MLX folder or mlx-lm repo id")
-    p.add_argument("--index", help="index folder (default: the offline default index, built on first use)")
+    p.add_argument("--index", action="append", metavar="DIR",
+                   help="index folder; repeat to search several at once, e.g. Wikipedia and your notes "
+                        "(default: the offline default index, built on first use)")
     p.add_argument("--db", help="decision log (default: decisions.db under the user data dir)")
     p.add_argument("--config", help="config TOML (default: config.toml under the user config dir)")
     p.add_argument("--gate", choices=GATES, help="gate (default from config: margin)")
@@ -45,15 +47,19 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def open_index(path: str | None):
+def index_folders(flag: list[str] | None, configured: str | None) -> list[str]:
+    """The `--index` folders given, else the configured one, else none (the default index)."""
+    return flag or ([configured] if configured else [])
+
+
+def open_index(paths: list[str]):
     """A zero-argument loader for the retriever, so answers that skip retrieval never load it."""
 
     def load():
         from targ_mlx import index
         from targ_mlx.index.progress import ProgressBar
 
-        folder = path or index.ensure_default_index(progress=ProgressBar())
-        return index.open_retriever(folder)
+        return index.open_indexes(paths or [index.ensure_default_index(progress=ProgressBar())])
 
     return load
 
@@ -66,7 +72,7 @@ def ask(args: argparse.Namespace) -> int:
     cfg = load_config(args.config).merged(model=args.model, gate=args.gate, k=args.k, beta=args.beta,
                                           n_samples=args.n_samples, temperature=args.temp, top_k=args.top_k,
                                           context_tokens=args.context_tokens, max_tokens=args.max_tokens,
-                                          index=args.index, db=args.db)
+                                          db=args.db)
     tau = args.tau if args.tau is not None else (cfg.tau_for(cfg.model, cfg.gate) if cfg.gate in ("entropy", "margin", "variance") else None)
     settings = Settings(gate=cfg.gate, tau=tau, k=cfg.k, beta=cfg.beta, n_samples=cfg.n_samples,
                         temperature=cfg.temperature, seed=args.seed, top_k=cfg.top_k,
@@ -78,7 +84,7 @@ def ask(args: argparse.Namespace) -> int:
 
         log = DecisionLog(cfg.db)
     bb = load_backbone(cfg.model)
-    assistant = Assistant(bb, open_index(cfg.index), settings, log=log, source="ask", session=uuid.uuid4().hex[:12])
+    assistant = Assistant(bb, open_index(index_folders(args.index, cfg.index)), settings, log=log, source="ask", session=uuid.uuid4().hex[:12])
     ans = assistant.answer(args.question)
     if args.json:
         print(json.dumps(ans.to_dict(), ensure_ascii=False))

@@ -7,7 +7,7 @@ import logging
 import sys
 from pathlib import Path
 
-from targ_mlx.cli import add_common_args
+from targ_mlx.cli import add_common_args, index_folders
 from targ_mlx.gates import GATES
 
 
@@ -19,7 +19,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     return p
 
 
-def make_loader(cfg, tau: float | None):
+def make_loader(cfg, tau: float | None, folders: list[str] | None = None):
     """`loader(progress) -> (Assistant, index label, notice)`: model, then index (built on first run)."""
 
     def load(progress):
@@ -36,17 +36,18 @@ def make_loader(cfg, tau: float | None):
         try:
             from targ_mlx import index
 
-            folder = Path(cfg.index) if cfg.index else index.default_index_dir()
-            if not cfg.index:
-                folder = index.ensure_default_index(progress=lambda d, n: progress("building the default index", d, n))
-            progress(f"opening index {folder.name}")
-            retriever = index.open_retriever(folder)
+            paths = [Path(f) for f in folders or index_folders(None, cfg.index)]
+            if not paths:
+                paths = [index.ensure_default_index(progress=lambda d, n: progress("building the default index", d, n))]
+            label = " + ".join(p.name for p in paths)
+            progress(f"opening index {label}")
+            retriever = index.open_indexes(paths)
             progress("loading the query encoder")
             retriever.encoder  # noqa: B018  (load now, not on the first retrieval)
             index_id = retriever.manifest_id
         except Exception as e:  # answer without retrieval rather than not at all
             return Assistant(bb, None, settings, source="chat"), "none", f"answering without retrieval: {e}"
-        return Assistant(bb, retriever, settings, source="chat", index_id=index_id), folder.name, ""
+        return Assistant(bb, retriever, settings, source="chat", index_id=index_id), label, ""
 
     return load
 
@@ -59,13 +60,13 @@ def main(argv: list[str] | None = None) -> int:
     from tui.app import make_app
 
     try:
-        cfg = load_config(args.config).merged(model=args.model, gate=args.gate, k=args.k, index=args.index,
+        cfg = load_config(args.config).merged(model=args.model, gate=args.gate, k=args.k,
                                               db=args.db, max_tokens=args.max_tokens)
         log = DecisionLog(cfg.db)
     except (ValueError, FileNotFoundError, DecisionLogError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    app = make_app(make_loader(cfg, args.tau), log=log, config=cfg, config_path=args.config, resume=not args.new)
+    app = make_app(make_loader(cfg, args.tau, args.index), log=log, config=cfg, config_path=args.config, resume=not args.new)
     app.run()
     return 0
 

@@ -384,20 +384,26 @@ class ChatApp(App):
         self.notify(f"model {bb.model_id} loaded")
         self._status()
 
-    def _cmd_index(self, folder: str) -> None:
-        from targ_mlx.index import open_retriever
+    def _cmd_index(self, arg: str) -> None:
+        """`/index DIR` opens DIR instead; `/index add DIR` searches DIR beside the open indexes."""
+        from targ_mlx.index import open_indexes
 
         if self.generating or self.assistant is None:
             raise commands.CommandError("wait for the current answer or load to finish first")
+        a = self.assistant
+        head, _, rest = arg.partition(" ")
+        folder = rest.strip() if head == "add" and rest.strip() else arg
+        current = a._retriever if head == "add" and rest.strip() else None
+        paths = [*(getattr(current, "paths", None) or [p for p in [getattr(current, "path", None)] if p]),
+                 Path(folder).expanduser()]
         try:
-            retriever = open_retriever(Path(folder).expanduser())
+            retriever = open_indexes(paths)
         except Exception as e:
             raise commands.CommandError(f"could not open index {folder}: {e}") from None
-        a = self.assistant
         self.assistant = Assistant(a.backbone, retriever, a.settings, log=a.log, source="chat",
                                    session=self.session, index_id=retriever.manifest_id)
-        self.index_label = Path(folder).name
-        self.notify(f"index {folder} opened ({len(retriever):,} vectors)")
+        self.index_label = " + ".join(p.name for p in paths)
+        self.notify(f"index {' + '.join(map(str, paths))} opened ({len(retriever):,} vectors)")
 
     def _cmd_export(self, target: str | None) -> None:
         if self.decisions is None:

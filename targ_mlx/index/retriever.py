@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from targ_mlx.index.encoder import Encoder, canonical_name, load_encoder
+from targ_mlx.index.encoder import Encoder, backend_of, canonical_name, load_encoder
 from targ_mlx.index.errors import IndexCorruptError, IndexMismatchError
 from targ_mlx.index.store import (
     PASSAGES,
@@ -41,7 +41,7 @@ class QueryEncoding:
     @property
     def encoder(self) -> Encoder:
         if self._encoder is None:
-            enc = load_encoder(self.manifest["encoder"]["name"])
+            enc = load_encoder(self.manifest["encoder"]["name"], backend=backend_of(self.manifest))
             enc.check_matches(self.manifest, str(self.path))
             self._encoder = enc
         return self._encoder
