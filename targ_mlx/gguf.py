@@ -116,6 +116,11 @@ def tensor_types(path: str) -> set[int]:
         return types
 
 
+def check_file(path: str) -> None:
+    if not os.path.isfile(path):
+        raise ModelLoadError(f"GGUF file not found: {path}. Pass an existing .gguf path or a model alias.")
+
+
 def read_gguf(path: str, keep_blocks: bool = True) -> tuple[dict[str, mx.array], dict]:
     """Raw tensors and metadata; falls back to the `gguf` package for block types MLX lacks.
 
@@ -123,8 +128,7 @@ def read_gguf(path: str, keep_blocks: bool = True) -> tuple[dict[str, mx.array],
     packed uint32, name.scales, name.biases); False dequantizes them to float32 as the `gguf`
     package does (the exact reference; Q6_K's repacking rounds a little).
     """
-    if not os.path.isfile(path):
-        raise ModelLoadError(f"GGUF file not found: {path}. Pass an existing .gguf path or a model alias.")
+    check_file(path)
     if keep_blocks and not tensor_types(path) <= _MLX_KEEPS or not keep_blocks and not tensor_types(path) <= _MLX_EXACT:
         return _read_with_gguf_package(path, keep_blocks=keep_blocks)
     try:

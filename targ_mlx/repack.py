@@ -104,9 +104,10 @@ def load_gguf_native(path: str, ops):
     NativeLM is None when the kernels cannot run the model (then nothing is cached)."""
     from mlx.utils import tree_flatten
 
-    from targ_mlx.gguf import load_gguf, model_from
+    from targ_mlx.gguf import check_file, load_gguf, model_from
     from targ_mlx.native.model import NativeLM, unsupported
 
+    check_file(path)
     d = entry_dir(path)
     hit = load(d)
     if hit is not None:
