@@ -1,6 +1,6 @@
 """Re-record the first batch of a committed eval run and compare it field by field.
 
-    python scripts/check_records.py results/v500/nq_open [--batch-size 8]
+    python scripts/check_records.py results/smollm2-135m/seeded/nq_open [--batch-size 8]
 
 The committed records.jsonl were written by an earlier version of the code; this checks that
 today's pipeline gives the same records bit for bit. The index those runs used may not be on
