@@ -98,11 +98,14 @@ class Assistant:
         self.settings = self.settings.with_gate(self.settings.gate, self.config, bb.model_id)
         return bb
 
-    def open_index(self, folder: str | Path):
-        """Answer from the index in `folder` from now on; returns the opened retriever."""
-        from targ_mlx.index import open_retriever
+    def open_index(self, folder: str | Path, add: bool = False):
+        """Answer from the index in `folder` from now on (with `add`, beside the indexes already
+        open: results merged by score); returns the opened retriever."""
+        from targ_mlx.index import open_indexes
 
-        retriever = open_retriever(Path(folder).expanduser())
+        current = self._retriever if add and not callable(self._retriever) else None
+        paths = [*(getattr(current, "paths", None) or []), Path(folder).expanduser()]
+        retriever = open_indexes(paths)
         self._retriever, self.index_id = retriever, retriever.manifest_id
         return retriever
 

@@ -18,7 +18,7 @@ from targ_mlx.defaults import (
     PROMPT_STYLES,
     SCORED_GATES,
 )
-from targ_mlx.flags import add_common_args, settings_from_args
+from targ_mlx.flags import add_common_args, index_folders, settings_from_args
 
 logger = logging.getLogger(__name__)
 
@@ -43,15 +43,14 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def open_index(path: str | None):
+def open_index(paths: list[str]):
     """A zero-argument loader for the retriever, so answers that skip retrieval never load it."""
 
     def load():
         from targ_mlx import index
         from targ_mlx.index.progress import ProgressBar
 
-        folder = path or index.ensure_default_index(progress=ProgressBar())
-        return index.open_retriever(folder)
+        return index.open_indexes(paths or [index.ensure_default_index(progress=ProgressBar())])
 
     return load
 
@@ -63,7 +62,7 @@ def ask(args: argparse.Namespace) -> int:
     from targ_mlx.config import load_config
     from targ_mlx.model_spec import model_key
 
-    cfg = load_config(args.config).merged(model=args.model, index=args.index, db=args.db)
+    cfg = load_config(args.config).merged(model=args.model, db=args.db)
     settings = settings_from_args(args, cfg, model_key(cfg.model))  # fails before the model loads
     log = None
     if not args.no_log:
@@ -71,7 +70,7 @@ def ask(args: argparse.Namespace) -> int:
 
         log = DecisionLog(cfg.db)
     bb = load_backbone(cfg.model)
-    assistant = Assistant(bb, open_index(cfg.index), settings, log=log, source="ask", session=uuid.uuid4().hex[:12])
+    assistant = Assistant(bb, open_index(index_folders(args.index, cfg.index)), settings, log=log, source="ask", session=uuid.uuid4().hex[:12])
     ans = assistant.answer(args.question)
     if args.json:
         record = ans.to_dict()

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from targ_mlx.flags import add_common_args, settings_from_args
+from targ_mlx.flags import add_common_args, index_folders, settings_from_args
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
@@ -17,7 +17,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     return p
 
 
-def make_loader(cfg, settings):
+def make_loader(cfg, settings, folders: list[str] | None = None):
     """`loader(progress) -> (Assistant, index label, notice)`: model, then index (built on first run)."""
 
     def load(progress):
@@ -30,17 +30,18 @@ def make_loader(cfg, settings):
         try:
             from targ_mlx import index
 
-            folder = Path(cfg.index) if cfg.index else index.default_index_dir()
-            if not cfg.index:
-                folder = index.ensure_default_index(progress=lambda d, n: progress("building the default index", d, n))
-            progress(f"opening index {folder.name}")
-            retriever = index.open_retriever(folder)
+            paths = [Path(f) for f in folders or index_folders(None, cfg.index)]
+            if not paths:
+                paths = [index.ensure_default_index(progress=lambda d, n: progress("building the default index", d, n))]
+            label = " + ".join(p.name for p in paths)
+            progress(f"opening index {label}")
+            retriever = index.open_indexes(paths)
             progress("loading the query encoder")
             retriever.encoder  # noqa: B018  (load now, not on the first retrieval)
             index_id = retriever.manifest_id
         except Exception as e:  # answer without retrieval rather than not at all
             return Assistant(bb, None, settings, source="chat"), "none", f"answering without retrieval: {e}"
-        return Assistant(bb, retriever, settings, source="chat", index_id=index_id), folder.name, ""
+        return Assistant(bb, retriever, settings, source="chat", index_id=index_id), label, ""
 
     return load
 
@@ -61,10 +62,11 @@ def _run(args: argparse.Namespace) -> int:
 
     from targ_mlx.model_spec import model_key
 
-    cfg = load_config(args.config).merged(model=args.model, index=args.index, db=args.db)
+    cfg = load_config(args.config).merged(model=args.model, db=args.db)
     settings = settings_from_args(args, cfg, model_key(cfg.model))  # fails before the model loads
     log = DecisionLog(cfg.db)
-    app = make_app(make_loader(cfg, settings), log=log, config=cfg, config_path=args.config, resume=not args.new)
+    app = make_app(make_loader(cfg, settings, args.index), log=log, config=cfg, config_path=args.config,
+                   resume=not args.new)
     app.run()
     return 0
 

@@ -26,7 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "k": ("/k N", "draft length in tokens for the gate"),
     "recalibrate": ("/recalibrate [RHO]", "fit tau from the log: accuracy if labelled, else a budget"),
     "model": ("/model SPEC", "load another model (alias, .gguf path or mlx-lm repo id)"),
-    "index": ("/index DIR", "open another index folder"),
+    "index": ("/index [add] DIR", "open another index folder; with add, search it beside the open ones"),
     "export": ("/export [FILE]", "write this chat to Markdown"),
     "new": ("/new", "start a new chat"),
     "help": ("/help", "list commands and keys"),

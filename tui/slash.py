@@ -75,15 +75,20 @@ class SlashCommands:
         self.call_from_thread(self.notify, f"model {bb.model_id} loaded")
         self.call_from_thread(self._status)
 
-    def _cmd_index(self, folder: str) -> None:
+    def _cmd_index(self, arg: str) -> None:
+        """`/index DIR` opens DIR instead; `/index add DIR` searches DIR beside the open indexes."""
         if self.generating or self.assistant is None:
             raise commands.CommandError("wait for the current answer or load to finish first")
+        head, _, rest = arg.partition(" ")
+        add = head == "add" and bool(rest.strip())
+        folder = rest.strip() if add else arg
         try:
-            retriever = self.assistant.open_index(folder)
+            retriever = self.assistant.open_index(folder, add=add)
         except Exception as e:
             raise commands.CommandError(f"could not open index {folder}: {e}") from None
-        self.index_label = Path(folder).name
-        self.notify(f"index {folder} opened ({len(retriever):,} vectors)")
+        paths = getattr(retriever, "paths", [Path(folder)])
+        self.index_label = " + ".join(p.name for p in paths)
+        self.notify(f"index {' + '.join(map(str, paths))} opened ({len(retriever):,} vectors)")
 
     def _cmd_export(self, target: str | None) -> None:
         if self.decisions is None:
