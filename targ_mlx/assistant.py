@@ -137,11 +137,14 @@ class Assistant:
                 scores["variance"] = gates.variance_score(d.samples, s.k)
         decision = gates.decide(s.gate, scores.get(s.gate), s.threshold)
         lat["gate"] = time.perf_counter() - t_gate
+        # while the index is still building (index.background), a question the gate would
+        # retrieve for is answered without retrieval, and the answer says why
+        unavailable = getattr(self._retriever, "status", "") if not getattr(self._retriever, "ready", True) else ""
 
         passages: tuple[Passage, ...] = ()
         ctx_tokens = 0
         rechecked_at = None
-        if decision.retrieve:
+        if decision.retrieve and not unavailable:
             out, passages, ctx_tokens = self._rag(q, s, [], stream, cancel, lat)
         elif d is None:
             out, lat["prefill"], lat["decode"] = generate(self.backbone, base_ids, s.max_tokens, cancel, stream.push)
@@ -149,7 +152,7 @@ class Assistant:
             out = list(d.tokens)
             stream.extend(out)
             budget = s.max_tokens - len(out)
-            if s.recheck_every > 0 and s.gate in ("entropy", "margin") and not d.ended:
+            if s.recheck_every > 0 and s.gate in ("entropy", "margin") and not d.ended and not unavailable:
                 more, rechecked_at, passages, ctx_tokens = self._continue_with_recheck(q, s, d, stream, cancel, lat)
                 out += more
             else:
@@ -163,7 +166,9 @@ class Assistant:
         total = time.perf_counter() - t_start
         ans = Answer(
             question=q, answer=tok.decode(text_ids).strip(), model=self.backbone.model_id, gate=s.gate,
-            tau=s.threshold, score=decision.signal, retrieved=decision.retrieve or rechecked_at is not None,
+            tau=s.threshold, score=decision.signal,
+            retrieved=(decision.retrieve and not unavailable) or rechecked_at is not None,
+            note=unavailable if decision.retrieve else "",
             k=s.k, beta=s.beta, n_samples=s.n_samples if s.gate == "variance" else 0, temperature=s.temperature,
             scores=scores,
             passages=tuple(PassageRef(p.key, p.title, round(p.score, 6), p.text) for p in passages),
@@ -172,8 +177,9 @@ class Assistant:
             latency=Latency(total=total, **lat), finish_reason=finish, rechecked_at=rechecked_at,
         )
         if self.log is not None:
+            index_id = self.index_id or getattr(self._retriever, "manifest_id", None)  # e.g. built meanwhile
             self.last_decision_id = self.log.record(ans, source=self.source, session=self.session,
-                                                    index_id=self.index_id, **(log_extra or {}))
+                                                    index_id=index_id, **(log_extra or {}))
         return ans
 
     def retrieve_context(self, question: str, s: Settings, prefix_tokens: int = 0

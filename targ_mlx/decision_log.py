@@ -364,6 +364,8 @@ class DecisionLog:
         unknown = set(answer.scores) - set(SCORE_GATES)
         if unknown:
             extra = {**(extra or {}), "scores": dict(answer.scores)}
+        if answer.note:
+            extra = {**(extra or {}), "note": answer.note}
         ran = "always" if answer.retrieved else "never"
         branch = {
             name: dict((branches or {}).get(name) or {}) for name in ("never", "always")

@@ -24,7 +24,7 @@ def test_onnx_int8_agrees_with_float32_torch(passages, small_index_questions):
     titles, texts = zip(*passages)
     a, b = fast.encode_passages(titles, texts), ref.encode_passages(titles, texts)
     assert np.allclose(np.linalg.norm(a, axis=1), 1.0, atol=1e-5)
-    assert float(np.min(np.sum(a * b, axis=1))) > 0.97  # measured 0.98-0.99 on real passages
+    assert float(np.min(np.sum(a * b, axis=1))) > 0.98  # measured 0.989-0.998 on real passages
     qs = [q["question"] for q in small_index_questions[:12]]
     # each question finds its own gold passage first with either backend
     assert list(np.argmax(fast.encode_queries(qs) @ a.T, axis=1)) == list(np.argmax(ref.encode_queries(qs) @ b.T, axis=1))
