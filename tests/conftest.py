@@ -2,7 +2,9 @@
 
 import pytest
 
-import targ_mlx  # noqa: F401  (binds OpenBLAS before any test module imports mlx.core)
+from targ_mlx import bind_openblas
+
+bind_openblas()  # before any test module imports mlx.core, as the entry points do
 
 
 @pytest.fixture(autouse=True)

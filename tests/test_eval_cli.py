@@ -47,6 +47,7 @@ def test_eval_resumes_and_logs_decisions(tmp_path, small_index_dir):
     text = (out / "summary.md").read_text()
     assert "| Never |" in text and "Margin" in text and "Verdict" in text
 
+    from targ_mlx.calibration_rows import score_rows
     from targ_mlx.decision_log import DecisionLog
 
     log = DecisionLog(str(db))
@@ -55,4 +56,4 @@ def test_eval_resumes_and_logs_decisions(tmp_path, small_index_dir):
     row = rows[0]
     assert row["source"] == "eval" and row["u_margin"] is not None and row["em_never"] is not None
     assert row["em_always"] is not None and row["k"] == 5
-    assert len(log.scores("margin", 5, source="eval")) == 3
+    assert len(score_rows(log, "margin", 5, source="eval")) == 3

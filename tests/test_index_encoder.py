@@ -24,10 +24,14 @@ def test_onnx_int8_agrees_with_float32_torch(passages, small_index_questions):
     titles, texts = zip(*passages)
     a, b = fast.encode_passages(titles, texts), ref.encode_passages(titles, texts)
     assert np.allclose(np.linalg.norm(a, axis=1), 1.0, atol=1e-5)
-    assert float(np.min(np.sum(a * b, axis=1))) > 0.98  # measured 0.989-0.998 on real passages
+    # per-channel, reduced-range weights: 0.991-0.994 on 40 real NQ passages on AVX2 (full-range
+    # weights saturated vpmaddubsw there and gave 0.935)
+    assert float(np.min(np.sum(a * b, axis=1))) > 0.985
     qs = [q["question"] for q in small_index_questions[:12]]
-    # each question finds its own gold passage first with either backend
-    assert list(np.argmax(fast.encode_queries(qs) @ a.T, axis=1)) == list(np.argmax(ref.encode_queries(qs) @ b.T, axis=1))
+    # the questions rank these passages first the same way with either backend (int8 may swap one
+    # near-tie of twelve: 39/40 agreed on 40 questions)
+    same = np.argmax(fast.encode_queries(qs) @ a.T, axis=1) == np.argmax(ref.encode_queries(qs) @ b.T, axis=1)
+    assert same.sum() >= 11
     info = fast.describe()
     assert info["backend"] == "onnx-int8" and len(info["onnx_sha256"]) == 64 and "onnxruntime" in info["runtime"]
 

@@ -18,7 +18,6 @@ from typing import Callable, Sequence
 from targ_mlx.eval.datasets import QAItem
 from targ_mlx.eval.latency import time_question
 from targ_mlx.eval.record import QuestionRecord, RecordSettings, record_batch
-from targ_mlx.records import Answer, TokenCounts
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +53,13 @@ def _repair(path: Path, rows: list[dict]) -> None:
         path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
 
 
+def _resume(path: Path) -> tuple[list[dict], set[str]]:
+    """The rows a JSONL file already holds (torn tail repaired) and their ids."""
+    have = read_jsonl(path)
+    _repair(path, have)
+    return have, {r["id"] for r in have}
+
+
 def run_records(bb, retriever, items: Sequence[QAItem], s: RecordSettings, out_dir: Path, batch_size: int = DEFAULT_BATCH,
                 progress: Callable[[int, int], None] | None = None, log=None, log_k: int = 20,
                 session: str | None = None, index_id: str | None = None,
@@ -64,9 +70,7 @@ def run_records(bb, retriever, items: Sequence[QAItem], s: RecordSettings, out_d
     and the variance samples (seeded per batch) are reproducible.
     """
     path = Path(out_dir) / RECORDS
-    have = read_jsonl(path)
-    _repair(path, have)
-    done = {r["id"] for r in have}
+    have, done = _resume(path)
     total = len(items)
     if progress:
         progress(sum(it.id in done for it in items), total)
@@ -100,16 +104,10 @@ def run_records(bb, retriever, items: Sequence[QAItem], s: RecordSettings, out_d
 
 def log_record(log, r: QuestionRecord, model: str, s: RecordSettings, k: int, session: str | None,
                index_id: str | None) -> int:
-    """One decision-log row per question: the Never answer with every score at prefix length k and
-    both branches' outcomes, so `targ-calibrate` can fit tau from eval runs."""
-    scores = {g: r.scores[g][str(k)] for g in ("entropy", "margin", "variance") if str(k) in r.scores[g]}
-    ans = Answer(question=r.question, answer=r.never["answer"], model=model, gate="never", tau=float("inf"),
-                 score=None, retrieved=False, k=k, beta=s.beta, n_samples=s.n_samples, temperature=s.temperature,
-                 scores=scores, tokens=TokenCounts(prompt=r.tok_prompt, draft=min(len(r.draft), k),
-                                                   output=r.never["tok_out"],
-                                                   samples=sum(len(x[:k]) for x in r.samples)))
+    """One decision-log row per question: the record's own Never answer (`never_answer`) with both
+    branches' outcomes, so `targ-calibrate` can fit tau from eval runs."""
     strip = lambda b: {key: v for key, v in b.items() if key != "passages"}  # noqa: E731
-    return log.record(ans, source="eval", session=session, index_id=index_id, gold=list(r.answers),
+    return log.record(r.never_answer(model, k, s), source="eval", session=session, index_id=index_id, gold=list(r.answers),
                       em=r.never["em"], f1=r.never["f1"],
                       branches={"never": strip(r.never), "always": strip(r.always)},
                       extra={"qid": r.id, "probes": r.probes, "scores_all_k": r.scores})
@@ -126,9 +124,7 @@ def run_latency(bb, retriever, items: Sequence[QAItem], never_answers: dict[str,
                 out_dir: Path, progress: Callable[[int, int], None] | None = None) -> dict[str, dict]:
     """Batch-1 stage timings for `items` (resumable, like run_records); returns id -> timings."""
     path = Path(out_dir) / LATENCY
-    have = read_jsonl(path)
-    _repair(path, have)
-    done = {r["id"] for r in have}
+    have, done = _resume(path)
     for i, it in enumerate(items):
         if it.id in done:
             continue

@@ -14,6 +14,7 @@ from targ_mlx.index.build import build_index, existing_backend
 from targ_mlx.index.chunking import ChunkParams
 from targ_mlx.index.corpus import VITAL
 from targ_mlx.index.encoder import DEFAULT_ENCODER, Encoder, backend_of, default_backend, load_encoder
+from targ_mlx.index.exact import ExactRetriever
 from targ_mlx.index.errors import (
     CorpusError,
     IndexCorruptError,
@@ -22,7 +23,7 @@ from targ_mlx.index.errors import (
     IndexMissingError,
 )
 from targ_mlx.index.retriever import IndexRetriever, open_retriever
-from targ_mlx.index.sharded import open_indexes
+from targ_mlx.index.merged import open_indexes
 from targ_mlx.index.update import add_documents
 from targ_mlx.index.store import HnswParams, IndexInfo, read_manifest
 
@@ -30,7 +31,7 @@ DEFAULT_INDEX_NAME = "vital-articles-minilm"
 ENV_INDEX = "TARG_MLX_INDEX"
 
 __all__ = [
-    "CorpusError", "ChunkParams", "DEFAULT_ENCODER", "Encoder", "HnswParams", "IndexCorruptError",
+    "CorpusError", "ChunkParams", "DEFAULT_ENCODER", "Encoder", "ExactRetriever", "HnswParams", "IndexCorruptError",
     "IndexError_", "IndexInfo", "IndexMismatchError", "IndexMissingError", "IndexRetriever",
     "add_documents", "build_index", "default_index_dir", "ensure_default_index", "load_encoder", "open_indexes",
     "open_retriever", "read_manifest",

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 
+from targ_mlx.errors import run_cli
 from targ_mlx.index.build import DEFAULT_COMMIT_EVERY
 from targ_mlx.index.distributed import DEFAULT_SHARD_SIZE
 from targ_mlx.index.encoder import BACKENDS, DEFAULT_BATCH_SIZE, DEFAULT_ENCODER
-from targ_mlx.index.errors import IndexError_
 from targ_mlx.index.progress import ProgressBar
 from targ_mlx.index.store import DTYPES, HnswParams
 
@@ -146,22 +145,21 @@ def _search(args) -> None:
             print(f"{p.score:.3f}  {p.format()[:300]}")
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = setup_arg_parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        if args.command == "build":
-            _build(args)
-        elif args.command == "add":
-            _add(args)
-        elif args.command == "info":
-            _info(args.dir, args.verify, args.json)
-        else:
-            _search(args)
-    except (IndexError_, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(1) from None
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "build":
+        _build(args)
+    elif args.command == "add":
+        _add(args)
+    elif args.command == "info":
+        _info(args.dir, args.verify, args.json)
+    else:
+        _search(args)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_cli(setup_arg_parser(), _run, argv)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

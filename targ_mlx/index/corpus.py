@@ -20,24 +20,15 @@ import bz2
 import importlib.util
 import json
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from targ_mlx.index.article import Article
 from targ_mlx.index.chunking import normalise_space
 from targ_mlx.index.errors import CorpusError
 
 VITAL = "vital-articles"
 _VITAL_FILE = ("data", "summaries_en-us.json")
-
-
-@dataclass(frozen=True)
-class Article:
-    id: str  # stable within its corpus: page id, line id, or title
-    title: str
-    text: str
-    source: str  # corpus label, recorded with every chunk
-    pages: tuple[int, ...] = ()  # a PDF's page start offsets in `text`; chunks cite their page
 
 
 def vital_articles_path() -> Path:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Iterator, Mapping
 
 from targ_mlx.index.chunking import normalise_space
-from targ_mlx.index.corpus import Article
+from targ_mlx.index.article import Article
 from targ_mlx.index.errors import CorpusError
 
 logger = logging.getLogger(__name__)
