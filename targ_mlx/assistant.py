@@ -104,7 +104,9 @@ class Assistant:
         from targ_mlx.index import open_indexes
 
         current = self._retriever if add and not callable(self._retriever) else None
-        paths = [*(getattr(current, "paths", None) or []), Path(folder).expanduser()]
+        # an index opened by `open_indexes` knows its folders; one from `open_retriever`, its path
+        opened = getattr(current, "paths", None) or [p for p in [getattr(current, "path", None)] if p]
+        paths = [*opened, Path(folder).expanduser()]
         retriever = open_indexes(paths)
         self._retriever, self.index_id = retriever, retriever.manifest_id
         return retriever
