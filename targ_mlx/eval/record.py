@@ -26,7 +26,7 @@ from targ_mlx.defaults import (  # noqa: F401  (DEFAULT_K: the eval CLI's defaul
 )
 from targ_mlx.eval import probes
 from targ_mlx.eval.datasets import QAItem
-from targ_mlx.eval.metrics import score_all
+from targ_mlx.eval.metrics import contains, score_all
 from targ_mlx.records import Answer, Latency, TokenCounts
 
 # Where the eval's protocol departs from the assistant's defaults (targ_mlx.defaults), and why:
@@ -101,6 +101,39 @@ def gate_scores(entropies: Sequence[float], gaps: Sequence[float], samples: Sequ
     return out
 
 
+def _context_part(bb: Backbone, items: Sequence[QAItem], found: Sequence[Sequence], s: RecordSettings,
+                  cost: dict) -> tuple[list[dict], list[float | None]]:
+    """Everything that depends on the corpus: the packed top-K passages, the Always answer from
+    B(q)+C, whether an answer string is in the retrieved passages (hit@K), and CRAG-lite's grade
+    of the context. The draft, the samples, the Never answer and the other probes do not."""
+    tok = bb.tokenizer
+    qs = [it.question.strip() for it in items]
+    t0 = time.perf_counter()
+    packed = [pipeline.pack(bb, q, hits, s) for q, hits in zip(qs, found)]
+    cost["retrieval"] = cost.get("retrieval", 0.0) + time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    rag_ids = [pipeline.prompt_ids(bb, q, s.prompt_style, p.text or None) for q, p in zip(qs, packed)]
+    always = batch.greedy_batch(bb, rag_ids, s.max_tokens)
+    cost["always"] = time.perf_counter() - t0
+
+    p_rel: list[float | None] = [None] * len(items)
+    if s.baselines:
+        t0 = time.perf_counter()
+        yes, no = probes.yes_no_ids(tok)
+        heads = [probes.crag_head(tok, p.text, s.crag_tokens) for p in packed]
+        p_rel = probes.p_yes(batch.last_logprobs(bb, [tok.chat_ids(probes.crag_grade(q, h)) for q, h in zip(qs, heads)]),
+                             yes, no)
+        cost["probes"] = cost.get("probes", 0.0) + time.perf_counter() - t0
+    branches = []
+    for it, p, toks, hits in zip(items, packed, always.tokens, found):
+        a_ans, a_len = pipeline.answer_text(bb, toks, s.max_tokens)
+        branches.append({"answer": a_ans, **score_all(a_ans, it.answers), "tok_out": a_len, "tok_ctx": p.tokens,
+                         "passages": [[x.key, x.title, round(x.score, 4)] for x in p.passages],
+                         "hit": contains(" ".join(h.text for h in hits), it.answers)})
+    return branches, p_rel
+
+
 def record_batch(bb: Backbone, retriever, items: Sequence[QAItem], s: RecordSettings, batch_no: int = 0,
                  found: Sequence[Sequence] | None = None) -> list[QuestionRecord]:
     """Run the whole one-pass record for `items` together (see the module docstring).
@@ -110,12 +143,10 @@ def record_batch(bb: Backbone, retriever, items: Sequence[QAItem], s: RecordSett
     tok = bb.tokenizer
     qs = [it.question.strip() for it in items]
     cost = dict(retrieval=0.0, draft=0.0, always=0.0, probes=0.0)
-
-    t0 = time.perf_counter()
     if found is None:
+        t0 = time.perf_counter()
         found = retriever.search_batch(qs, s.top_k)
-    packed = [pipeline.pack(bb, q, hits, s) for q, hits in zip(qs, found)]
-    cost["retrieval"] = time.perf_counter() - t0
+        cost["retrieval"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
     base_ids = [pipeline.prompt_ids(bb, q, s.prompt_style) for q in qs]
@@ -123,10 +154,7 @@ def record_batch(bb: Backbone, retriever, items: Sequence[QAItem], s: RecordSett
                                         s.temperature, seed=s.seed * 1_000_003 + batch_no)
     cost["draft"] = time.perf_counter() - t0
 
-    t0 = time.perf_counter()
-    rag_ids = [pipeline.prompt_ids(bb, q, s.prompt_style, p.text or None) for q, p in zip(qs, packed)]
-    always = batch.greedy_batch(bb, rag_ids, s.max_tokens)
-    cost["always"] = time.perf_counter() - t0
+    always, p_rel = _context_part(bb, items, found, s, cost)
 
     never_text = [pipeline.answer_text(bb, g, s.max_tokens) for g in greedy.tokens]
     probe_vals: list[dict] = [{} for _ in items]
@@ -136,11 +164,8 @@ def record_batch(bb: Backbone, retriever, items: Sequence[QAItem], s: RecordSett
         p_need = probes.p_yes(batch.last_logprobs(bb, [tok.chat_ids(probes.self_eval(q)) for q in qs]), yes, no)
         p_sup = probes.p_yes(batch.last_logprobs(
             bb, [tok.chat_ids(probes.self_check(q, a)) for q, (a, _) in zip(qs, never_text)]), yes, no)
-        heads = [probes.crag_head(tok, p.text, s.crag_tokens) for p in packed]
-        p_rel = probes.p_yes(batch.last_logprobs(bb, [tok.chat_ids(probes.crag_grade(q, h)) for q, h in zip(qs, heads)]),
-                             yes, no)
         probe_vals = [{"p_need": a, "p_supported": b, "p_relevant": c} for a, b, c in zip(p_need, p_sup, p_rel)]
-        cost["probes"] = time.perf_counter() - t0
+        cost["probes"] += time.perf_counter() - t0
 
     share = {name: sec / len(items) for name, sec in cost.items()}
     out = []
@@ -148,15 +173,28 @@ def record_batch(bb: Backbone, retriever, items: Sequence[QAItem], s: RecordSett
         k_steps = min(len(greedy.entropies[i]), s.k_max)
         ents, gaps_, lps = greedy.entropies[i][:k_steps], greedy.gaps[i][:k_steps], greedy.logprobs[i]
         n_ans, n_len = never_text[i]
-        a_ans, a_len = pipeline.answer_text(bb, always.tokens[i], s.max_tokens)
-        p = packed[i]
         out.append(QuestionRecord(
             id=it.id, question=it.question, answers=list(it.answers), tok_prompt=len(base_ids[i]),
             draft=greedy.tokens[i], entropies=ents, gaps=gaps_, logprobs=lps[: min(len(lps), s.max_tokens)],
             samples=samples[i], scores=gate_scores(ents, gaps_, samples[i], s.ks, s.beta),
             never={"answer": n_ans, **score_all(n_ans, it.answers), "tok_out": n_len},
-            always={"answer": a_ans, **score_all(a_ans, it.answers), "tok_out": a_len, "tok_ctx": p.tokens,
-                    "passages": [[x.key, x.title, round(x.score, 4)] for x in p.passages]},
-            probes=probe_vals[i], cost=share, batch=batch_no,
+            always=always[i], probes=probe_vals[i], cost=share, batch=batch_no,
         ))
+    return out
+
+
+def rerecord_batch(bb: Backbone, items: Sequence[QAItem], base: Sequence[dict], s: RecordSettings,
+                   found: Sequence[Sequence]) -> list[dict]:
+    """The same questions over another corpus: `base` records (same model and settings, another
+    index) keep their draft, samples, Never answer and corpus-free probes; only the retrieval, the
+    Always answer, hit@K and CRAG-lite's grade are computed again, so it costs those stages only."""
+    cost: dict = {}
+    always, p_rel = _context_part(bb, items, found, s, cost)
+    out = []
+    for r, a, pr in zip(base, always, p_rel):
+        probes_ = {**r.get("probes", {}), **({"p_relevant": pr} if pr is not None else {})}
+        # stages run here are timed here; the draft and the probes keep the base run's seconds
+        # (its CRAG probe graded a context of the same token budget)
+        share = {**r.get("cost", {}), "retrieval": cost["retrieval"] / len(items), "always": cost["always"] / len(items)}
+        out.append({**r, "always": a, "probes": probes_, "cost": share})
     return out

@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 
 from targ_mlx.eval.datasets import QAItem
 from targ_mlx.eval.latency import time_question
-from targ_mlx.eval.record import QuestionRecord, RecordSettings, record_batch
+from targ_mlx.eval.record import QuestionRecord, RecordSettings, record_batch, rerecord_batch
 
 logger = logging.getLogger(__name__)
 
@@ -63,12 +63,15 @@ def _resume(path: Path) -> tuple[list[dict], set[str]]:
 def run_records(bb, retriever, items: Sequence[QAItem], s: RecordSettings, out_dir: Path, batch_size: int = DEFAULT_BATCH,
                 progress: Callable[[int, int], None] | None = None, log=None, log_k: int = 20,
                 session: str | None = None, index_id: str | None = None,
-                after_batch: Callable[[list[dict]], None] | None = None) -> list[dict]:
+                after_batch: Callable[[list[dict]], None] | None = None,
+                reuse: dict[str, dict] | None = None) -> list[dict]:
     """Records for `items`, skipping ids already in out_dir/records.jsonl; returns all rows in item order.
 
     Batches are fixed slices of `items` (by position), so a resumed run forms the same batches
-    and the variance samples (seeded per batch) are reproducible.
+    and the variance samples (seeded per batch) are reproducible. A question with a record in
+    `reuse` (the same run over another corpus) only has its corpus-dependent fields computed.
     """
+    reuse = reuse or {}
     path = Path(out_dir) / RECORDS
     have, done = _resume(path)
     total = len(items)
@@ -84,7 +87,14 @@ def run_records(bb, retriever, items: Sequence[QAItem], s: RecordSettings, out_d
         chunk = [it for it in items[b * batch_size : (b + 1) * batch_size] if it.id not in done]
         if not chunk:
             continue
-        recs = record_batch(bb, retriever, chunk, s, batch_no=b, found=[hits[it.id] for it in chunk])
+        fresh = [it for it in chunk if it.id not in reuse]
+        again = [it for it in chunk if it.id in reuse]
+        recs = record_batch(bb, retriever, fresh, s, batch_no=b, found=[hits[it.id] for it in fresh]) if fresh else []
+        if again:
+            rows = rerecord_batch(bb, again, [reuse[it.id] for it in again], s, [hits[it.id] for it in again])
+            recs += [QuestionRecord(**r) for r in rows]
+        order = {it.id: i for i, it in enumerate(chunk)}
+        recs.sort(key=lambda r: order[r.id])
         for r in recs:
             r.cost["retrieval"] += search_share
         rows = [r.to_dict() for r in recs]
