@@ -101,6 +101,8 @@ class DecisionLog(Transcript):
         unknown = set(answer.scores) - set(SCORED_GATES)
         if unknown:
             extra = {**(extra or {}), "scores": dict(answer.scores)}
+        if answer.note:
+            extra = {**(extra or {}), "note": answer.note}
         ran = "always" if answer.retrieved else "never"
         branch = {name: dict((branches or {}).get(name) or {}) for name in ("never", "always")}
         for metric, value in (("em", em), ("f1", f1)):

@@ -58,6 +58,7 @@ class Answer:
     latency: Latency = Latency()
     finish_reason: str = "stop"  # stop (EOS) | length | cancelled
     rechecked_at: int | None = None  # token index at which an optional re-check triggered retrieval
+    note: str = ""  # why a retrieval the gate wanted did not happen, e.g. "index building 43%"
 
     def to_dict(self) -> dict:
         return asdict(self)
