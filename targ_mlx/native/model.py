@@ -198,8 +198,13 @@ class NativeLM:
     def _over(cls, model: nn.Module, ops, layers: list[_Layer], embed: Packed, head: Packed) -> "NativeLM":
         args, at0 = model.args, model.model.layers[0].self_attn
         head_dim = at0.head_dim if hasattr(at0, "head_dim") else args.hidden_size // args.num_attention_heads
-        return cls(ops, layers, embed, head, model.model.norm.weight.astype(mx.float32), float(args.rms_norm_eps),
-                   at0.n_heads, at0.n_kv_heads, int(head_dim), float(at0.scale), _rope(at0.rope))
+        lm = cls(ops, layers, embed, head, model.model.norm.weight.astype(mx.float32), float(args.rms_norm_eps),
+                 at0.n_heads, at0.n_kv_heads, int(head_dim), float(at0.scale), _rope(at0.rope))
+        # Every derived array evaluated here, on the loading thread: a lazy one first evaluated from
+        # another thread (the chat app's answer worker) fails with MLX's "There is no Stream(cpu, 0)
+        # in current thread".
+        mx.eval(_arrays(lm))
+        return lm
 
     def state(self) -> dict[str, mx.array]:
         """Every array the kernels read, by name (for `from_state`; the repack cache saves it)."""
@@ -283,3 +288,20 @@ class NativeLM:
 
     def __call__(self, tokens: mx.array, cache: list[Any]) -> mx.array:
         return self.head(self.hidden(tokens, cache))
+
+
+def _arrays(obj, depth: int = 4) -> list[mx.array]:
+    """The mx.arrays held by `obj` (its fields, lists and tuples, `depth` levels down)."""
+    if isinstance(obj, mx.array):
+        return [obj]
+    if depth == 0:
+        return []
+    if isinstance(obj, (list, tuple)):
+        items = obj
+    elif isinstance(obj, dict):
+        items = list(obj.values())
+    elif type(obj).__module__.startswith("targ_mlx.native") and hasattr(obj, "__dict__"):
+        items = list(vars(obj).values())
+    else:
+        return []
+    return [a for x in items for a in _arrays(x, depth - 1)]

@@ -91,9 +91,6 @@ async def test_slash_commands_change_gate_tau_k(backbone, retriever, log, tmp_pa
         assert app.assistant.settings.gate == "entropy"
 
 
-@pytest.mark.xfail(strict=True, reason="known bug: after /index add the answer worker fails with MLX's 'There is no "
-                   "Stream(cpu, 0) in current thread' (seen 2026-11-23); the merged search itself works "
-                   "(tests/test_index_documents.py)")
 async def test_index_add_searches_your_documents_beside_wikipedia(backbone, retriever, log, tmp_path, notes_folder):
     from targ_mlx.index import build_index
 
