@@ -122,9 +122,9 @@ def main(argv=None):
         sys.exit("llama-cpp-python is not installed: pip install -e '.[bench]' (builds llama.cpp from source, ~7 min)")
     path = alias_path(args.model) if not args.model.endswith(".gguf") else args.model
     variants = args.variants.split(",")
-    if native.ops() is None:
+    if native.module() is None:
         sys.exit(f"the CPU kernels are unavailable: {native.status()}")
-    models = {"kernels": load_backbone(args.model)}
+    models = {"kernels": load_backbone(args.model, kernels=True)}  # by name, whatever native.ops() chose
     if "mlx-fp32" in variants:
         models["mlx-fp32"] = load_backbone(args.model, dtype="float32", kernels=False)
     if "mlx-q4" in variants:

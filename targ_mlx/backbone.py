@@ -109,13 +109,15 @@ def load_backbone(spec: str = DEFAULT_MODEL, dtype: str = "auto", kernels: bool 
     """
     if not spec or not spec.strip():
         raise ModelLoadError("empty model spec; pass an alias (smollm2-135m), a .gguf path or an mlx-lm repo id")
-    use_kernels = (dtype in ("auto", "quantized") and native.ops() is not None) if kernels is None else kernels
-    if use_kernels and native.ops() is None:
+    # None: where they were measured faster (native.ops()); True: by name, whatever the measurement
+    kmod = native.ops() if kernels is None else native.module() if kernels else None
+    use_kernels = (dtype in ("auto", "quantized") and kmod is not None) if kernels is None else kernels
+    if use_kernels and kmod is None:
         raise ModelLoadError(f"the CPU kernels were requested but are unavailable: {native.status()}")
     if spec in ALIASES:
-        bb = _load_gguf_backbone(alias_path(spec), dtype, use_kernels)
+        bb = _load_gguf_backbone(alias_path(spec), dtype, kmod if use_kernels else None)
     elif spec.lower().endswith(".gguf"):
-        bb = _load_gguf_backbone(spec, dtype, use_kernels)
+        bb = _load_gguf_backbone(spec, dtype, kmod if use_kernels else None)
     elif os.path.isdir(spec) or ("/" in spec and not os.path.exists(spec) and spec.count("/") == 1):
         bb = _load_mlx_backbone(spec)
     else:
@@ -123,7 +125,7 @@ def load_backbone(spec: str = DEFAULT_MODEL, dtype: str = "auto", kernels: bool 
     if bb is not None:
         bb.model_id = model_key(spec)
         if use_kernels and bb.engine.name != "targ_mlx.native":
-            _attach_kernels(bb)
+            _attach_kernels(bb, kmod)
         bb.info["kernels"] = "targ_mlx.native " + native.status() if bb.engine.name == "targ_mlx.native" else "mlx"
         if bb.engine.name == "mlx" and sys.platform == "linux" and mx.default_device() == mx.cpu and _blas.BLAS_PATH is None:
             logger.warning("MLX runs on CPU with its reference BLAS (%s); call targ_mlx.bind_openblas() before "
@@ -136,7 +138,7 @@ def load_backbone(spec: str = DEFAULT_MODEL, dtype: str = "auto", kernels: bool 
     )
 
 
-def _attach_kernels(bb: Backbone) -> None:
+def _attach_kernels(bb: Backbone, kmod) -> None:
     """Run `bb` on the CPU kernels when its architecture allows (else it stays on mlx-lm)."""
     from targ_mlx.native.engine import NativeEngine
     from targ_mlx.native.model import NativeLM, unsupported
@@ -145,18 +147,18 @@ def _attach_kernels(bb: Backbone) -> None:
     if why:
         logger.warning("CPU kernels skipped for %s: %s; running the mlx-lm model", bb.model_id, why)
         return
-    bb.engine = NativeEngine(NativeLM.build(bb.model, native.ops()))
+    bb.engine = NativeEngine(NativeLM.build(bb.model, kmod))
 
 
-def _load_gguf_backbone(path: str, dtype: str, kernels: bool) -> Backbone:
+def _load_gguf_backbone(path: str, dtype: str, kmod) -> Backbone:
     from targ_mlx.gguf import load_gguf
 
     engine = None
-    if kernels and dtype in ("auto", "quantized"):
+    if kmod is not None and dtype in ("auto", "quantized"):
         from targ_mlx.repack import load_gguf_native  # repacked once, then from the disk cache
         from targ_mlx.native.engine import NativeEngine
 
-        g, lm = load_gguf_native(path, native.ops())
+        g, lm = load_gguf_native(path, kmod)
         engine = NativeEngine(lm) if lm is not None else None
     else:
         g = load_gguf(path, dtype=dtype)

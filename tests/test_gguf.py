@@ -194,10 +194,10 @@ def _kquant_file(tmp_path, vocab_meta):
 def test_k_quant_file_runs_on_the_kernels(tmp_path, vocab_meta):
     from targ_mlx import native
 
-    if native.ops() is None:
+    if native.module() is None:
         pytest.skip(f"CPU kernels unavailable: {native.status()}")
     path = _kquant_file(tmp_path, vocab_meta)
-    bb = load_backbone(str(path))
+    bb = load_backbone(str(path), kernels=True)
     assert bb.engine.name == "targ_mlx.native" and bb.dtype == "q4"
     ref = load_backbone(str(path), dtype="float32", kernels=False)  # gguf-py's dequantization
     assert ref.engine.name == "mlx" and ref.dtype == "float32"
@@ -210,23 +210,23 @@ def test_repack_cache_is_hit_then_rebuilt_when_corrupt(tmp_path, vocab_meta, mon
     from targ_mlx import gguf, native
     from targ_mlx import repack as cache
 
-    if native.ops() is None:
+    if native.module() is None:
         pytest.skip(f"CPU kernels unavailable: {native.status()}")
     path = str(_kquant_file(tmp_path, vocab_meta))
     conversions = []
     real = gguf.load_gguf
     monkeypatch.setattr(gguf, "load_gguf", lambda *a, **k: conversions.append(a) or real(*a, **k))
-    first = _logits(load_backbone(path))
+    first = _logits(load_backbone(path, kernels=True))
     entry = cache.entry_dir(path)
     assert len(conversions) == 1 and (entry / "manifest.json").is_file()
-    second = load_backbone(path)
+    second = load_backbone(path, kernels=True)
     assert len(conversions) == 1  # read from the cache, not converted again
     assert np.array_equal(_logits(second), first)
     blob = entry / "native.safetensors"
     data = bytearray(blob.read_bytes())
     data[-100:] = bytes(100)  # damage the last tensor's bytes: same size, wrong content
     blob.write_bytes(bytes(data))
-    third = load_backbone(path)
+    third = load_backbone(path, kernels=True)
     assert len(conversions) == 2  # the damaged entry was rebuilt, not trusted
     assert np.array_equal(_logits(third), first)
-    assert load_backbone(path) and len(conversions) == 2
+    assert load_backbone(path, kernels=True) and len(conversions) == 2

@@ -7,8 +7,10 @@ attention fall back to their composite forms) and has no fast CPU kernel for qua
 with VNNI dot products where the CPU has AVX512-VNNI, as llama.cpp does; float32 activations
 elsewhere), fused RMSNorm, RoPE, attention over the KV cache, SwiGLU and one-pass token selection.
 
-`ops()` returns the compiled module, or None with the reason in `status()`; set
-TARG_MLX_NATIVE=0 to turn the kernels off, =1 to use them even where a GPU is present.
+`ops()` returns the compiled module, or None with the reason in `status()`. Where they run is
+decided by measurement (`choice.py`): the first use of a build times them against MLX's own
+layers and keeps the faster. TARG_MLX_NATIVE=0 turns them off, =1 uses them regardless (even
+where a GPU is present).
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ import warnings
 
 logger = logging.getLogger(__name__)
 
+_MODULE = None
 _OPS = None
 _STATUS = "not loaded"
-_TRIED = False
+_TRIED = _CHOSEN = False
 
 
 def wanted() -> bool:
@@ -38,15 +41,14 @@ def wanted() -> bool:
     return sys.platform != "darwin" and mx.default_device() == mx.cpu
 
 
-def ops():
-    """The compiled kernel module (built and cached on first use), or None if unavailable."""
-    global _OPS, _STATUS, _TRIED
+def module():
+    """The compiled kernel module (built and cached on first use) whatever the measured choice,
+    or None if it cannot be built or loaded here. Models run on `ops()`; this is for callers
+    that ask for the kernels by name (`load_backbone(kernels=True)`, benchmarks)."""
+    global _MODULE, _STATUS, _TRIED
     if _TRIED:
-        return _OPS
+        return _MODULE
     _TRIED = True
-    if not wanted():
-        _STATUS = "off (GPU present or TARG_MLX_NATIVE=0)"
-        return None
     from targ_mlx.native.build import BuildError, build
 
     try:
@@ -66,8 +68,36 @@ def ops():
             stacklevel=2,
         )
         return None
-    _OPS = mod
+    _MODULE = mod
     _STATUS = f"on ({mod.simd()}, {mod.threads()} threads)"
+    return mod
+
+
+def ops():
+    """The kernel module where the kernels should run (a CPU-only MLX where they were measured
+    faster than MLX's own layers, see `choice.py`), else None with the reason in `status()`."""
+    global _OPS, _STATUS, _CHOSEN
+    if _CHOSEN:
+        return _OPS
+    _CHOSEN = True
+    if not wanted():
+        _STATUS = "off (GPU present or TARG_MLX_NATIVE=0)"
+        return None
+    mod = module()
+    if mod is None:
+        return None
+    if os.environ.get("TARG_MLX_NATIVE", "").strip() == "1":
+        _STATUS += ", forced by TARG_MLX_NATIVE=1"
+    else:
+        from targ_mlx.native.choice import choice_path, load_or_measure
+
+        choice = load_or_measure(mod, choice_path(mod))
+        if not choice.use_kernels:
+            _STATUS = (f"off: MLX's own layers are faster here ({choice.reason()}); "
+                       "TARG_MLX_NATIVE=1 forces the kernels")
+            return None
+        _STATUS = f"on ({mod.simd()}, {mod.threads()} threads): {choice.reason()}"
+    _OPS = mod
     return mod
 
 

@@ -11,6 +11,8 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m targ_mlx.native", description=__doc__)
     ap.add_argument("command", choices=("build", "info"))
     ap.add_argument("--force", action="store_true", help="rebuild even if a cached build exists")
+    ap.add_argument("--remeasure", action="store_true",
+                    help="info: time the kernels against MLX's own layers again (the choice is saved per build)")
     return ap
 
 
@@ -33,7 +35,15 @@ def _run(args: argparse.Namespace) -> int:
             print("targ_mlx.native: not needed here (MLX has a GPU, or TARG_MLX_NATIVE=0); nothing built")
             return 0
         print(build(force=args.force))
+        native.ops()  # times the kernels against MLX's own layers now, not at the first question
+        print(f"kernels: {native.status()}")
         return 0
+    if args.remeasure:
+        from targ_mlx.native.choice import choice_path
+
+        mod = native.module()
+        if mod is not None:
+            choice_path(mod).unlink(missing_ok=True)
     native.ops()
     print(f"kernels: {native.status()}\nmodule: {module_path()}")
     return 0

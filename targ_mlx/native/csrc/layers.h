@@ -216,6 +216,63 @@ inline void weighted16(const float* p, const float* const* vp, int n, float* out
 }
 #endif
 
+#if TARG_AVX2
+// AVX2 twin of reduce16: lane j is the sum of the lanes of a[j], in the tree hsum256 uses
+// (lanes i and i+4, then i and i+2, then the last two).
+inline __m256 reduce8(const __m256* a) {
+  __m256 b[4], c[2];
+  for (int j = 0; j < 4; j++)  // [a_j | a_{j+4}], lanes i + i+4
+    b[j] = _mm256_add_ps(_mm256_permute2f128_ps(a[j], a[j + 4], 0x20), _mm256_permute2f128_ps(a[j], a[j + 4], 0x31));
+  for (int j = 0; j < 2; j++)  // lanes i + i+2, two keys per 128 bits
+    c[j] = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(b[2 * j]), _mm256_castps_pd(b[2 * j + 1]))),
+                         _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(b[2 * j]), _mm256_castps_pd(b[2 * j + 1]))));
+  return _mm256_add_ps(_mm256_shuffle_ps(c[0], c[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm256_shuffle_ps(c[0], c[1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// scale * q.k for n keys, 8 at a time; q (DC x 8 floats) held in registers.
+template <int DC>
+inline void scores8(const float* q, const float* const* kp, int n, float scale, float* sc) {
+  __m256 qv[DC];
+  for (int c = 0; c < DC; c++) qv[c] = _mm256_loadu_ps(q + 8 * c);
+  const __m256 vs = _mm256_set1_ps(scale);
+  for (int j0 = 0; j0 < n; j0 += 8) {
+    const int cnt = std::min(8, n - j0);
+    __m256 a[8];
+    for (int j = 0; j < 8; j++) {
+      __m256 acc = _mm256_setzero_ps();
+      if (j < cnt)
+        for (int c = 0; c < DC; c++) acc = _mm256_fmadd_ps(qv[c], _mm256_loadu_ps(kp[j0 + j] + 8 * c), acc);
+      a[j] = acc;
+    }
+    __m256 r = _mm256_mul_ps(reduce8(a), vs);
+    if (cnt == 8) {
+      _mm256_storeu_ps(sc + j0, r);
+    } else {
+      alignas(32) float t[8];
+      _mm256_store_ps(t, r);
+      std::memcpy(sc + j0, t, cnt * sizeof(float));
+    }
+  }
+}
+
+// out = sum_j p_j v_j, accumulated in registers in key order (as `axpy` does in memory).
+// Head dims over 64 go in slices of 64 so the sums fit in the 16 registers.
+template <int DC>
+inline void weighted8(const float* p, const float* const* vp, int n, float* out) {
+  constexpr int C = DC < 8 ? DC : 8;
+  for (int c0 = 0; c0 < DC; c0 += C) {
+    __m256 acc[C];
+    for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
+    for (int j = 0; j < n; j++) {
+      const __m256 w = _mm256_set1_ps(p[j]);
+      for (int c = 0; c < C; c++) acc[c] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vp[j] + 8 * (c0 + c)), acc[c]);
+    }
+    for (int c = 0; c < C; c++) _mm256_storeu_ps(out + 8 * (c0 + c), acc[c]);
+  }
+}
+#endif
+
 // Keys every row sees before its own cache: a prompt run once and shared by the rows decoded
 // from it. Row b reads row rows[b] of the (R, Hkv, P, D) views, hiding its positions
 // [hole, hole + pad[rows[b]]) (left padding of that prompt, after a header of `hole` positions).
@@ -277,6 +334,9 @@ inline void attention(const float* q, const KV& K, const KV& V, const int32_t* p
 #if TARG_AVX512
         if (D == 64) scores16<4>(qi, kp.data(), n, scale, sc.data()), fast = true;
         else if (D == 128) scores16<8>(qi, kp.data(), n, scale, sc.data()), fast = true;
+#elif TARG_AVX2
+        if (D == 64) scores8<8>(qi, kp.data(), n, scale, sc.data()), fast = true;
+        else if (D == 128) scores8<16>(qi, kp.data(), n, scale, sc.data()), fast = true;
 #endif
         if (!fast)
           for (int j = 0; j < n; j++) sc[j] = dot(qi, kp[j], D) * scale;
@@ -286,6 +346,10 @@ inline void attention(const float* q, const KV& K, const KV& V, const int32_t* p
 #if TARG_AVX512
         if (D == 64) weighted16<4>(sc.data(), vp.data(), n, acc.data());
         else if (D == 128) weighted16<8>(sc.data(), vp.data(), n, acc.data());
+        else
+#elif TARG_AVX2
+        if (D == 64) weighted8<8>(sc.data(), vp.data(), n, acc.data());
+        else if (D == 128) weighted8<16>(sc.data(), vp.data(), n, acc.data());
         else
 #endif
         {

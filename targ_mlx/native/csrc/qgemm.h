@@ -4,9 +4,10 @@
 // along K. They are stored in tiles of 16 output columns (native/pack.py): for each tile and
 // group, the 32 rows k of 16 values each, so one vector load dequantizes w[k, n..n+15] and the
 // product is a stream of fused multiply-adds with broadcast activations, as in an sgemm kernel.
-// Activations stay float32 (no int8 rounding), so results match the MLX model's up to the order
-// of additions; and that order is fixed: y[m, n] is the sequential sum over k = 0..K-1 whatever
-// M is, so a row's result does not depend on the batch it is in.
+// With AVX512-VNNI or AVX2, activations are quantized to int8 per group of 32 and the products
+// run in integers (below); elsewhere they stay float32 and y[m, n] is the sequential sum over
+// k = 0..K-1. Either way the order of every addition is fixed whatever M is, so a row's result
+// does not depend on the batch it is in.
 //
 // 4-bit tiles hold two rows k per byte: byte (kp, lane) = q[2kp][lane] | q[2kp+1][lane] << 4.
 #pragma once
@@ -22,6 +23,10 @@
 
 #if TARG_AVX512 && defined(__AVX512VNNI__) && defined(__AVX512VBMI__) && !defined(TARG_NO_VNNI)
 #define TARG_VNNI 1
+#endif
+// int8 activations: VNNI dot products, or AVX2's vpmaddubsw (AVX-512 without VNNI keeps float32)
+#if TARG_VNNI || TARG_AVX2
+#define TARG_Q8 1
 #endif
 
 namespace targ {
@@ -134,7 +139,7 @@ inline void panel_rows(const float* panel, int K, const float* x, int m0, float*
 #endif
 }
 
-#if TARG_AVX512
+#if TARG_AVX512 || TARG_AVX2
 // Cold weights (each decode step streams them all from memory) are read in TT separate places;
 // the hardware prefetcher alone leaves the loads waiting on memory, so the kernels ask for the
 // group kPrefetch ahead of each stream explicitly. Near a tile's end, the same distance lands in
@@ -153,7 +158,9 @@ inline void prefetch_ahead(const QMat& W, int t0, int g) {
     _mm_prefetch((const char*)W.biases + si, _MM_HINT_T0);
   }
 }
+#endif
 
+#if TARG_AVX512
 // Few rows (decode): dequantize in registers and multiply at once, TT tiles side by side so
 // the sequential k-sums of different tiles overlap. Same arithmetic, in the same order, as
 // dequant_tile + panel_rows.
@@ -217,7 +224,7 @@ inline void finish(const float* acc, int m, int n0, int cols, float* y, int ldy,
   }
 }
 
-#if TARG_AVX512
+#if TARG_AVX512 || TARG_AVX2
 // Rows [m0, m0 + MT) over tiles [t0, t1), TT tiles at a time, by the tile kernel K (float32 or
 // int8 activations X), each finished with bias and residual.
 template <class K, int BITS, int MT, int TT, class X>
@@ -234,7 +241,9 @@ void tile_rows(const QMat& W, const X& x, int m0, int t0, int t1, float* y, int 
     for (int m = 0; m < MT; m++) finish(acc + (size_t)m * NT, m0 + m, t * NT, NT, y, ldy, residual, bias);
   }
 }
+#endif
 
+#if TARG_AVX512
 struct FusedF32 {
   template <int BITS, int MT, int TT>
   static void run(const QMat& W, int t, const float* x, int m0, float* acc) { fused_tiles<BITS, MT, TT>(W, t, x, m0, acc); }
@@ -264,25 +273,43 @@ void fused(const QMat& W, const float* x, int M, int t0, int t1, float* y, int l
 }
 #endif
 
-#if TARG_VNNI
-// ---- int8 activations (CPUs with AVX512-VNNI and VBMI) ----------------------------------------
+#if TARG_Q8
+// ---- int8 activations (AVX512-VNNI with VBMI, or AVX2) ----------------------------------------
 //
 // As llama.cpp does for Q4_1/Q8_0 weights, each row's activations are quantized per group of 32
-// to int8, x ~ d * qx, and the group's dot products run in integers (vpdpbusd: 64 byte products
-// per instruction, 4x what float32 FMAs do), then fold into float: for each output column,
+// to int8, x ~ d * qx, and the group's dot products run in integers (VNNI: vpdpbusd, 64 byte
+// products per instruction; AVX2: vpmaddubsw, 32 byte products into 16-bit pair sums), then
+// fold into float: for each output column,
 //   y += d * (scale * sum(q * qx) + bias * sum(qx)).
 // Integer sums are exact, and the float fold runs group by group in the same order for every
-// row, so a row's result still does not depend on the batch it is in.
+// row, so a row's result still does not depend on the batch it is in. Both ISAs quantize alike
+// and fold alike, so they give the same numbers.
 
 struct Q8 {
-  std::vector<int8_t> q;  // M x K; for 4-bit weights each run of 8 is stored as k = 0,2,4,6,1,3,5,7
-  std::vector<float> d;   // M x G: the group's scale
-  std::vector<float> ds;  // M x G: d * sum(qx)
+  const int8_t* q;  // per row and group, in the layout the ISA's tile kernel reads (see quantize_rows)
+  float* d;         // M x G: the group's scale
+  float* ds;        // M x G: d * sum(qx)
   int K = 0, G = 0;
 };
 
+#if TARG_VNNI
+constexpr int kQ8RowBytes = 1;  // int8 bytes stored per activation
+#else
+constexpr int kQ8RowBytes = 8;  // AVX2: each 4 activations become a 32-byte vpmaddubsw operand
+#endif
+
+// A growing per-thread buffer: a prefill's activations would otherwise be a fresh multi-MB
+// allocation (page faults and zeroing) for each of the ~120 matmuls of a forward pass.
+inline void* q8_scratch(size_t bytes) {
+  thread_local std::vector<uint64_t> buf;
+  if (buf.size() * 8 < bytes) buf.resize((bytes + 7) / 8);
+  return buf.data();
+}
+
+#if TARG_VNNI
 inline void quantize_rows(const float* x, int m0, int m1, int K, int bits, Q8& X) {
   const int G = K / QG;
+  int8_t* qout = (int8_t*)X.q;
   // within 16 bytes: two runs of 8 as even k then odd k (the 4-bit tiles' low and high nibbles)
   const __m128i order = _mm_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
   for (int m = m0; m < m1; m++) {
@@ -295,7 +322,7 @@ inline void quantize_rows(const float* x, int m0, int m1, int K, int bits, Q8& X
       __m512i i1 = _mm512_cvtps_epi32(_mm512_mul_ps(a1, _mm512_set1_ps(id)));
       __m128i b0 = _mm512_cvtsepi32_epi8(i0), b1 = _mm512_cvtsepi32_epi8(i1);
       if (bits == 4) b0 = _mm_shuffle_epi8(b0, order), b1 = _mm_shuffle_epi8(b1, order);
-      int8_t* q = X.q.data() + (size_t)m * K + g * QG;
+      int8_t* q = qout + (size_t)m * K + g * QG;
       _mm_storeu_si128((__m128i*)q, b0);
       _mm_storeu_si128((__m128i*)(q + 16), b1);
       float d = amax / 127.f;
@@ -304,7 +331,53 @@ inline void quantize_rows(const float* x, int m0, int m1, int K, int bits, Q8& X
     }
   }
 }
+#else
+// The same int8 values as the VNNI quantizer; each 4 of them (a0 a1 a2 a3) are stored as the
+// 32-byte operand the AVX2 kernel multiplies a weight register by: 16-bit pairs (a0 a1) in the
+// low 128 bits, (a2 a3) in the high. 4-bit weights pair k = 4j, 4j+1 | 4j+2, 4j+3 (a byte's
+// two nibbles), 8-bit weights k = 4j, 4j+2 | 4j+1, 4j+3 (two rows interleaved).
+inline void quantize_rows(const float* x, int m0, int m1, int K, int bits, Q8& X) {
+  const int G = K / QG;
+  int8_t* qout = (int8_t*)X.q;
+  const __m256 sign = _mm256_set1_ps(-0.f);
+  const __m256i spread = bits == 4
+      ? _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3)
+      : _mm256_setr_epi8(0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 1, 3, 1, 3, 1, 3, 1, 3, 1, 3, 1, 3, 1, 3, 1, 3);
+  for (int m = m0; m < m1; m++) {
+    for (int g = 0; g < G; g++) {
+      const float* xg = x + (size_t)m * K + g * QG;
+      __m256 a[4];
+      __m256 mx = _mm256_setzero_ps();
+      for (int i = 0; i < 4; i++) a[i] = _mm256_loadu_ps(xg + 8 * i), mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, a[i]));
+      __m128 h = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+      h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+      h = _mm_max_ss(h, _mm_movehdup_ps(h));
+      float amax = _mm_cvtss_f32(h);
+      float id = amax > 0.f ? 127.f / amax : 0.f;
+      __m256i iv[4], isum = _mm256_setzero_si256();
+      for (int i = 0; i < 4; i++) {
+        iv[i] = _mm256_cvtps_epi32(_mm256_mul_ps(a[i], _mm256_set1_ps(id)));
+        isum = _mm256_add_epi32(isum, iv[i]);
+      }
+      // saturating packs work within 128-bit lanes: bytes come out as k 0-3 8-11 16-19 24-27 4-7 ...
+      __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(iv[0], iv[1]), _mm256_packs_epi32(iv[2], iv[3]));
+      b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+      alignas(32) int32_t quads[8];
+      _mm256_store_si256((__m256i*)quads, b);
+      __m256i* out = (__m256i*)(qout + ((size_t)m * K + g * QG) * kQ8RowBytes);
+      for (int j = 0; j < 8; j++) _mm256_storeu_si256(out + j, _mm256_shuffle_epi8(_mm256_set1_epi32(quads[j]), spread));
+      __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(isum), _mm256_extracti128_si256(isum, 1));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
+      float d = amax / 127.f;
+      X.d[(size_t)m * G + g] = d;
+      X.ds[(size_t)m * G + g] = d * (float)_mm_cvtsi128_si32(s4);
+    }
+  }
+}
+#endif
 
+#if TARG_VNNI
 // Byte (16 r + n) -> (4 n + r): 4 stored rows of a tile's 16 columns become 16 lanes of 4
 // consecutive rows each, the operand layout of vpdpbusd.
 inline __m512i vnni_order() {
@@ -340,7 +413,7 @@ inline void q8_tiles(const QMat& W, int t0, const Q8& X, int m0, float* acc_out 
         for (int i = 0; i < 8; i++) w[i] = _mm512_permutexvar_epi8(perm, _mm512_loadu_si512(grp + 64 * i));
       }
       for (int m = 0; m < MT; m++) {
-        const int32_t* xq = (const int32_t*)(X.q.data() + (size_t)(m0 + m) * K + g * QG);
+        const int32_t* xq = (const int32_t*)(X.q + (size_t)(m0 + m) * K + g * QG);
         __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
         for (int i = 0; i < 8; i += 2) {
           s0 = _mm512_dpbusd_epi32(s0, w[i], _mm512_set1_epi32(xq[i]));
@@ -356,6 +429,81 @@ inline void q8_tiles(const QMat& W, int t0, const Q8& X, int m0, float* acc_out 
   for (int m = 0; m < MT; m++)
     for (int j = 0; j < TT; j++) _mm512_storeu_ps(acc_out + (size_t)m * TT * NT + j * NT, acc[m][j]);
 }
+#else
+// AVX2: vpmaddubsw multiplies 32 unsigned weight bytes by 32 signed activation bytes and adds
+// adjacent pairs into 16-bit lanes. A 32-byte load of a 4-bit tile holds rows k..k+3 of its 16
+// columns; splitting nibbles and interleaving them gives, per column, the pairs (k, k+1) in the
+// low 128 bits and (k+2, k+3) in the high. A pair is at most 2 * 15 * 127 = 3810, so a group's 8
+// loads sum exactly in 16 bits (30480 < 32767) and widen to 32 bits once per group. 8-bit
+// weights are split into nibbles the same way (q = 16 hi + lo), two products per byte.
+inline __m256i widen_pairs(__m256i a) {  // 16 x int16 (column c in lanes c and c + 8) -> 8 x int32
+  return _mm256_add_epi32(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(a)),
+                          _mm256_cvtepi16_epi32(_mm256_extracti128_si256(a, 1)));
+}
+
+template <int BITS, int MT, int TT>
+inline void q8_tiles(const QMat& W, int t0, const Q8& X, int m0, float* acc_out /* MT x TT*NT */) {
+  const int K = W.K, G = K / QG;
+  constexpr int P = BITS == 4 ? 2 : 4;  // 16-bit accumulators per (row, tile): column halves x nibbles
+  const __m256i low = _mm256_set1_epi8(0x0f);
+  __m256 acc[MT][TT][2];
+  for (int m = 0; m < MT; m++)
+    for (int j = 0; j < TT; j++) acc[m][j][0] = acc[m][j][1] = _mm256_setzero_ps();
+  for (int g = 0; g < G; g++) {
+    prefetch_ahead<BITS, TT>(W, t0, g);
+    __m256i a16[MT][TT][P];
+    for (int m = 0; m < MT; m++)
+      for (int j = 0; j < TT; j++)
+        for (int p = 0; p < P; p++) a16[m][j][p] = _mm256_setzero_si256();
+    const __m256i* xg[MT];
+    for (int m = 0; m < MT; m++) xg[m] = (const __m256i*)(X.q + ((size_t)(m0 + m) * K + g * QG) * kQ8RowBytes);
+    for (int r = 0; r < 8; r++) {  // rows k = 4r .. 4r + 3 of the group
+      for (int j = 0; j < TT; j++) {
+        const uint8_t* grp = W.q + (size_t)(t0 + j) * W.tile_bytes() + (size_t)g * W.group_bytes();
+        if constexpr (BITS == 4) {
+          __m256i v = _mm256_loadu_si256((const __m256i*)(grp + 32 * r));
+          __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+          __m256i wa = _mm256_unpacklo_epi8(lo, hi), wb = _mm256_unpackhi_epi8(lo, hi);
+          for (int m = 0; m < MT; m++) {
+            const __m256i xv = _mm256_loadu_si256(xg[m] + r);
+            a16[m][j][0] = _mm256_add_epi16(a16[m][j][0], _mm256_maddubs_epi16(wa, xv));
+            a16[m][j][1] = _mm256_add_epi16(a16[m][j][1], _mm256_maddubs_epi16(wb, xv));
+          }
+        } else {
+          __m256i v0 = _mm256_loadu_si256((const __m256i*)(grp + 64 * r));
+          __m256i v1 = _mm256_loadu_si256((const __m256i*)(grp + 64 * r + 32));
+          __m256i pa = _mm256_unpacklo_epi8(v0, v1), pb = _mm256_unpackhi_epi8(v0, v1);
+          __m256i w[4] = {_mm256_and_si256(pa, low), _mm256_and_si256(pb, low),
+                          _mm256_and_si256(_mm256_srli_epi16(pa, 4), low), _mm256_and_si256(_mm256_srli_epi16(pb, 4), low)};
+          for (int m = 0; m < MT; m++) {
+            const __m256i xv = _mm256_loadu_si256(xg[m] + r);
+            for (int p = 0; p < 4; p++) a16[m][j][p] = _mm256_add_epi16(a16[m][j][p], _mm256_maddubs_epi16(w[p], xv));
+          }
+        }
+      }
+    }
+    for (int j = 0; j < TT; j++) {
+      alignas(32) float sf[NT], bf[NT];
+      load16(W.scales, W.half, ((size_t)(t0 + j) * G + g) * NT, sf);
+      load16(W.biases, W.half, ((size_t)(t0 + j) * G + g) * NT, bf);
+      for (int h = 0; h < 2; h++) {
+        const __m256 s = _mm256_load_ps(sf + 8 * h), b = _mm256_load_ps(bf + 8 * h);
+        for (int m = 0; m < MT; m++) {
+          __m256i isum = widen_pairs(a16[m][j][h]);
+          if constexpr (BITS == 8) isum = _mm256_add_epi32(isum, _mm256_slli_epi32(widen_pairs(a16[m][j][h + 2]), 4));
+          const size_t dg = (size_t)(m0 + m) * G + g;
+          __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(isum), s);
+          acc[m][j][h] = _mm256_fmadd_ps(f, _mm256_set1_ps(X.d[dg]), acc[m][j][h]);
+          acc[m][j][h] = _mm256_fmadd_ps(b, _mm256_set1_ps(X.ds[dg]), acc[m][j][h]);
+        }
+      }
+    }
+  }
+  for (int m = 0; m < MT; m++)
+    for (int j = 0; j < TT; j++)
+      for (int h = 0; h < 2; h++) _mm256_storeu_ps(acc_out + (size_t)m * TT * NT + j * NT + 8 * h, acc[m][j][h]);
+}
+#endif
 
 struct FusedQ8 {
   template <int BITS, int MT, int TT>
@@ -367,6 +515,9 @@ void q8_rows(const QMat& W, const Q8& X, int m0, int t0, int t1, float* y, int l
              const float* bias) {
   tile_rows<FusedQ8, BITS, MT, TT>(W, X, m0, t0, t1, y, ldy, residual, bias);
 }
+
+#if TARG_VNNI
+constexpr int kQ8Rows = 8;  // rows sharing each weight load (as many as the registers allow)
 
 // MT rows (1..8) at m0: fewer rows take more tiles side by side (independent sums in flight).
 template <int BITS>
@@ -383,21 +534,37 @@ void q8_block(const QMat& W, const Q8& X, int MT, int m0, int t0, int t1, float*
     default: q8_rows<BITS, 8, 1>(W, X, m0, t0, t1, y, ldy, residual, bias); break;
   }
 }
+#else
+constexpr int kQ8Rows = 4;  // AVX2 has 16 vector registers: 16-bit sums for 4 rows x 1 tile
 
-// Tiles [t0, t1) for all M rows: up to 8 rows read each weight once; more rows go in blocks of
-// 8 over each tile while it sits in L1, with the rows' int8 activations blocked to stay in L2.
+template <int BITS>
+void q8_block(const QMat& W, const Q8& X, int MT, int m0, int t0, int t1, float* y, int ldy, const float* residual,
+              const float* bias) {
+  switch (MT) {
+    case 1: q8_rows<BITS, 1, (BITS == 4 ? 4 : 2)>(W, X, m0, t0, t1, y, ldy, residual, bias); break;
+    case 2: q8_rows<BITS, 2, (BITS == 4 ? 2 : 1)>(W, X, m0, t0, t1, y, ldy, residual, bias); break;
+    case 3: q8_rows<BITS, 3, 1>(W, X, m0, t0, t1, y, ldy, residual, bias); break;
+    default: q8_rows<BITS, 4, 1>(W, X, m0, t0, t1, y, ldy, residual, bias); break;
+  }
+}
+#endif
+
+// Tiles [t0, t1) for all M rows: up to kQ8Rows rows read each weight once; more rows go in
+// blocks of kQ8Rows over each tile while it sits in L1, with the rows' int8 activations blocked
+// to stay in L2.
 template <int BITS>
 void q8_gemm_tiles(const QMat& W, const Q8& X, int M, int t0, int t1, float* y, int ldy, const float* residual,
                    const float* bias) {
-  if (M <= 8) {
+  if (M <= kQ8Rows) {
     q8_block<BITS>(W, X, M, 0, t0, t1, y, ldy, residual, bias);
     return;
   }
-  const int MB = std::max(8, (256 * 1024 / W.K) / 8 * 8);
+  const int MB = std::max(kQ8Rows, (256 * 1024 / (W.K * kQ8RowBytes)) / kQ8Rows * kQ8Rows);
   for (int mb = 0; mb < M; mb += MB) {
     const int me = std::min(M, mb + MB);
     for (int t = t0; t < t1; t++)
-      for (int m = mb; m < me; m += 8) q8_block<BITS>(W, X, std::min(8, me - m), m, t, t + 1, y, ldy, residual, bias);
+      for (int m = mb; m < me; m += kQ8Rows)
+        q8_block<BITS>(W, X, std::min(kQ8Rows, me - m), m, t, t + 1, y, ldy, residual, bias);
   }
 }
 #endif
@@ -442,12 +609,14 @@ inline void qgemm_tiles(const QMat& W, const float* x, int M, int t0, int t1, fl
 inline void qgemm(const QMat& W, const float* x, int M, float* y, int ldy, const float* residual, const float* bias) {
   const int tiles = W.N / NT;
   long work = (long)M * W.N * W.K;
-#if TARG_VNNI
+#if TARG_Q8
   Q8 X;
   X.K = W.K, X.G = W.K / QG;
-  X.q.resize((size_t)M * W.K);
-  X.d.resize((size_t)M * X.G);
-  X.ds.resize((size_t)M * X.G);
+  const size_t qbytes = (size_t)M * W.K * kQ8RowBytes, gs = (size_t)M * X.G;
+  char* buf = (char*)q8_scratch(qbytes + 2 * gs * sizeof(float));
+  X.q = (const int8_t*)buf;
+  X.d = (float*)(buf + qbytes);
+  X.ds = X.d + gs;
   if ((long)M * W.K < (1 << 16)) quantize_rows(x, 0, M, W.K, W.bits, X);
   else parallel_range(M, 1, 16, [&](int a, int b) { quantize_rows(x, a, b, W.K, W.bits, X); });
   auto body = [&](int a, int b) {

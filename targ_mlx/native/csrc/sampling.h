@@ -39,6 +39,24 @@ inline void top2(const float* x, int n, float& m1, float& m2, int& arg) {
       }
     }
   }
+#elif TARG_AVX2
+  if (n >= 8) {
+    __m256 a = _mm256_set1_ps(-INFINITY), b = a;
+    for (; i + 8 <= n; i += 8) {
+      __m256 v = _mm256_loadu_ps(x + i);
+      b = _mm256_max_ps(b, _mm256_min_ps(a, v));
+      a = _mm256_max_ps(a, v);
+    }
+    float la[8], lb[8];
+    _mm256_storeu_ps(la, a);
+    _mm256_storeu_ps(lb, b);
+    for (int j = 0; j < 8; j++) {
+      for (float v : {la[j], lb[j]}) {
+        if (v > m1) m2 = m1, m1 = v;
+        else if (v > m2) m2 = v;
+      }
+    }
+  }
 #endif
   for (; i < n; i++) {
     float v = x[i];
