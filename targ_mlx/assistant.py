@@ -12,9 +12,10 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable, Protocol
 
-from targ_mlx import gates, prompts
+from targ_mlx import conversation, gates, prompts
 from targ_mlx.backbone import Backbone
 from targ_mlx.config import DEFAULT_TAU
+from targ_mlx.conversation import Turn
 from targ_mlx.draft import DEFAULT_K, DEFAULT_N, DEFAULT_TEMPERATURE, continue_greedy, draft, generate
 from targ_mlx.errors import QuestionError, TargError
 from targ_mlx.records import Answer, Latency, PassageRef, TokenCounts
@@ -43,8 +44,15 @@ class Settings:
     max_tokens: int = DEFAULT_MAX_TOKENS
     recheck_every: int = 0  # m: re-check the running score every m tokens (0 = single-shot)
     prompt_style: str = "paper"
+    history_tokens: int = conversation.DEFAULT_HISTORY_TOKENS  # earlier turns kept in the prompt
+    rewrite: str = conversation.DEFAULT_REWRITE  # how a follow-up becomes a standalone search query
 
     def __post_init__(self):
+        if self.history_tokens < 0:
+            raise ValueError(f"history_tokens must be >= 0, got {self.history_tokens}")
+        if self.rewrite not in conversation.REWRITE_METHODS:
+            raise ValueError(f"rewrite {self.rewrite!r} unknown; choose one of "
+                             f"{', '.join(conversation.REWRITE_METHODS)}")
         if self.gate not in gates.GATES:
             raise ValueError(f"gate {self.gate!r} unknown; choose one of {', '.join(gates.GATES)}")
         if self.k < 1:
@@ -98,28 +106,39 @@ class Assistant:
             self.index_id = self.index_id or getattr(self._retriever, "manifest_id", None)
         return self._retriever
 
-    def question_ids(self, question: str, style: str, context: str | None = None) -> list[int]:
-        return self.backbone.tokenizer.chat_ids(prompts.messages(question, context, style))
+    def question_ids(self, question: str, style: str, context: str | None = None,
+                     history: tuple[Turn, ...] = ()) -> list[int]:
+        return self.backbone.tokenizer.chat_ids(prompts.messages(question, context, style, history))
 
-    def _check(self, question: str, s: Settings) -> tuple[str, list[int]]:
+    def fit_history(self, history, s: Settings) -> tuple[Turn, ...]:
+        """The latest turns of `history` that fit `s.history_tokens`."""
+        count = lambda text: len(self.backbone.tokenizer.encode(text))  # noqa: E731
+        return conversation.fit_history([Turn(*t) for t in history], s.history_tokens, count)
+
+    def _check(self, question: str, s: Settings, history: tuple[Turn, ...] = ()) -> tuple[str, list[int]]:
         q = (question or "").strip()
         if not q:
             raise QuestionError("empty question: type a question to answer")
         if len(q) > MAX_QUESTION_CHARS:
             raise QuestionError(f"question is {len(q):,} characters; the limit is {MAX_QUESTION_CHARS:,}: shorten it")
-        ids = self.question_ids(q, s.prompt_style)
+        ids = self.question_ids(q, s.prompt_style, history=history)
         limit = self.backbone.context_length - s.max_tokens
         if len(ids) > limit:
             raise QuestionError(f"question is {len(ids):,} tokens with its prompt; the model's context window "
                                 f"({self.backbone.context_length:,}) leaves room for {limit:,}: shorten it")
         return q, ids
 
-    def answer(self, question: str, *, on_text: Callable[[str], None] | None = None,
+    def answer(self, question: str, *, history=(), on_text: Callable[[str], None] | None = None,
                cancel: threading.Event | None = None, log_extra: dict | None = None, **overrides) -> Answer:
-        """Answer one question; `on_text` receives the cumulative answer text as it streams."""
+        """Answer one question; `on_text` receives the cumulative answer text as it streams.
+
+        `history`: earlier (question, answer) turns, oldest first; the latest that fit
+        `history_tokens` go into every prompt (the draft's too, so a skip is still Never-RAG).
+        """
         s = replace(self.settings, **overrides) if overrides else self.settings
         t_start = time.perf_counter()
-        q, base_ids = self._check(question, s)
+        turns = self.fit_history(history, s)
+        q, base_ids = self._check(question, s, turns)
         tok = self.backbone.tokenizer
         stream = _Streamer(tok, on_text)
         lat = dict(draft=0.0, gate=0.0, retrieval=0.0, prefill=0.0, decode=0.0)
@@ -141,8 +160,9 @@ class Assistant:
         passages: tuple[Passage, ...] = ()
         ctx_tokens = 0
         rechecked_at = None
+        searched = ""
         if decision.retrieve:
-            out, passages, ctx_tokens = self._rag(q, s, [], stream, cancel, lat)
+            out, passages, ctx_tokens, searched = self._rag(q, s, turns, [], stream, cancel, lat)
         elif d is None:
             out, lat["prefill"], lat["decode"] = generate(self.backbone, base_ids, s.max_tokens, cancel, stream.push)
         else:
@@ -150,7 +170,8 @@ class Assistant:
             stream.extend(out)
             budget = s.max_tokens - len(out)
             if s.recheck_every > 0 and s.gate in ("entropy", "margin") and not d.ended:
-                more, rechecked_at, passages, ctx_tokens = self._continue_with_recheck(q, s, d, stream, cancel, lat)
+                more, rechecked_at, passages, ctx_tokens, searched = self._continue_with_recheck(
+                    q, s, turns, d, stream, cancel, lat)
                 out += more
             else:
                 more, dt = continue_greedy(self.backbone, d, budget, cancel, stream.push)
@@ -170,32 +191,39 @@ class Assistant:
             tokens=TokenCounts(prompt=len(base_ids), draft=len(d.tokens) if d else 0, context=ctx_tokens,
                                output=len(text_ids), samples=sum(len(x) for x in d.samples) if d else 0),
             latency=Latency(total=total, **lat), finish_reason=finish, rechecked_at=rechecked_at,
+            search_query=searched, history_turns=len(turns),
         )
         if self.log is not None:
             self.last_decision_id = self.log.record(ans, source=self.source, session=self.session,
                                                     index_id=self.index_id, **(log_extra or {}))
         return ans
 
-    def retrieve_context(self, question: str, s: Settings, prefix_tokens: int = 0
-                         ) -> tuple[prompts.PackedContext, float]:
-        """Top-K passages for `question`, packed into the context budget the window allows."""
+    def retrieve_context(self, question: str, s: Settings, prefix_tokens: int = 0, history: tuple[Turn, ...] = (),
+                         query: str | None = None) -> tuple[prompts.PackedContext, float]:
+        """Top-K passages for `query` (default: `question`), packed into the budget the window allows."""
         t0 = time.perf_counter()
-        found = self.retriever.search(question, s.top_k)
-        base = len(self.question_ids(question, s.prompt_style, context=" "))
+        found = self.retriever.search(query or question, s.top_k)
+        base = len(self.question_ids(question, s.prompt_style, context=" ", history=history))
         room = self.backbone.context_length - base - s.max_tokens - prefix_tokens
         tok = self.backbone.tokenizer
         packed = prompts.pack_context(found, max(0, min(s.context_tokens, room)), tok.encode, tok.decode)
         return packed, time.perf_counter() - t0
 
-    def _rag(self, q: str, s: Settings, prefix: list[int], stream: "_Streamer", cancel, lat: dict):
-        packed, lat["retrieval"] = self.retrieve_context(q, s, len(prefix))
-        ids = self.question_ids(q, s.prompt_style, packed.text or None) + prefix
+    def _rag(self, q: str, s: Settings, turns: tuple[Turn, ...], prefix: list[int], stream: "_Streamer",
+             cancel, lat: dict):
+        # Retrieval latency includes rewriting a follow-up into its standalone form.
+        t0 = time.perf_counter()
+        query = conversation.search_query(q, turns, s.rewrite, self.backbone, cancel)
+        packed, _ = self.retrieve_context(q, s, len(prefix), turns, query)
+        lat["retrieval"] = time.perf_counter() - t0
+        ids = self.question_ids(q, s.prompt_style, packed.text or None, turns) + prefix
         out, pre, dec = generate(self.backbone, ids, s.max_tokens - len(prefix), cancel, stream.push)
         lat["prefill"] += pre
         lat["decode"] += dec
-        return out, packed.passages, packed.tokens
+        return out, packed.passages, packed.tokens, query
 
-    def _continue_with_recheck(self, q: str, s: Settings, d, stream: "_Streamer", cancel, lat: dict):
+    def _continue_with_recheck(self, q: str, s: Settings, turns: tuple[Turn, ...], d, stream: "_Streamer",
+                               cancel, lat: dict):
         """Paper §3.2 option: every m tokens re-score the running prefix; retrieve once if U > tau."""
         import mlx.core as mx
 
@@ -218,10 +246,10 @@ class Assistant:
                     lat["decode"] += time.perf_counter() - t0
                     at = len(d.tokens) + len(out)
                     prefix = list(d.tokens) + out
-                    more, passages, ctx = self._rag(q, s, prefix, stream, cancel, lat)
-                    return out + more, at, passages, ctx
+                    more, passages, ctx, searched = self._rag(q, s, turns, prefix, stream, cancel, lat)
+                    return out + more, at, passages, ctx, searched
         lat["decode"] += time.perf_counter() - t0
-        return out, None, (), 0
+        return out, None, (), 0, ""
 
 
 class _Streamer:

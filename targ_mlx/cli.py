@@ -8,6 +8,8 @@ import logging
 import sys
 import uuid
 
+from targ_mlx.conversation import DEFAULT_HISTORY_TOKENS, DEFAULT_REWRITE, REWRITE_METHODS
+from targ_mlx.errors import QuestionError
 from targ_mlx.gates import GATES
 
 logger = logging.getLogger(__name__)
@@ -40,6 +42,12 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     ask.add_argument("--recheck-every", type=int, default=0, help="re-check the gate every m tokens (default 0: off)")
     ask.add_argument("--prompt", choices=("paper", "short"), default="paper",
                      help="paper: the paper's system prompt; short: few-shot short answers (default paper)")
+    ask.add_argument("--chat", metavar="ID", help="continue the saved chat ID (its earlier turns go into the prompt); "
+                     "--json prints the id each answer was saved under (default: a new single-turn chat)")
+    ask.add_argument("--history-tokens", type=int, default=DEFAULT_HISTORY_TOKENS,
+                     help=f"with --chat: tokens of earlier turns kept, oldest dropped first (default {DEFAULT_HISTORY_TOKENS})")
+    ask.add_argument("--rewrite", choices=REWRITE_METHODS, default=DEFAULT_REWRITE,
+                     help=f"with --chat: how a follow-up becomes a standalone search query (default {DEFAULT_REWRITE})")
     ask.add_argument("--no-log", action="store_true", help="do not write the decision log")
     ask.add_argument("--json", action="store_true", help="print the result record as one JSON object")
     return parser
@@ -67,21 +75,29 @@ def ask(args: argparse.Namespace) -> int:
                                           n_samples=args.n_samples, temperature=args.temp, top_k=args.top_k,
                                           context_tokens=args.context_tokens, max_tokens=args.max_tokens,
                                           index=args.index, db=args.db)
-    tau = args.tau if args.tau is not None else (cfg.tau_for(cfg.model, cfg.gate) if cfg.gate in ("entropy", "margin", "variance") else None)
-    settings = Settings(gate=cfg.gate, tau=tau, k=cfg.k, beta=cfg.beta, n_samples=cfg.n_samples,
-                        temperature=cfg.temperature, seed=args.seed, top_k=cfg.top_k,
-                        context_tokens=cfg.context_tokens, max_tokens=cfg.max_tokens,
-                        recheck_every=args.recheck_every, prompt_style=args.prompt)
+    if args.chat and args.no_log:
+        raise QuestionError("--chat continues a chat saved in the decision log; drop --no-log")
     log = None
     if not args.no_log:
         from targ_mlx.decision_log import DecisionLog
 
         log = DecisionLog(cfg.db)
+    history = chat_history(log, args.chat) if args.chat else []
     bb = load_backbone(cfg.model)
-    assistant = Assistant(bb, open_index(cfg.index), settings, log=log, source="ask", session=uuid.uuid4().hex[:12])
-    ans = assistant.answer(args.question)
+    tau = args.tau if args.tau is not None else (cfg.tau_for(bb.model_id, cfg.gate) if cfg.gate in ("entropy", "margin", "variance") else None)
+    settings = Settings(gate=cfg.gate, tau=tau, k=cfg.k, beta=cfg.beta, n_samples=cfg.n_samples,
+                        temperature=cfg.temperature, seed=args.seed, top_k=cfg.top_k,
+                        context_tokens=cfg.context_tokens, max_tokens=cfg.max_tokens,
+                        recheck_every=args.recheck_every, prompt_style=args.prompt,
+                        history_tokens=args.history_tokens, rewrite=args.rewrite)
+    chat = args.chat or uuid.uuid4().hex[:12]
+    assistant = Assistant(bb, open_index(cfg.index), settings, log=log, source="ask", session=chat)
+    ans = assistant.answer(args.question, history=history)
+    if log is not None:  # the transcript, so `--chat ID` can continue it
+        log.add_message(chat, "user", ans.question)
+        log.add_message(chat, "assistant", ans.answer, assistant.last_decision_id)
     if args.json:
-        print(json.dumps(ans.to_dict(), ensure_ascii=False))
+        print(json.dumps({**ans.to_dict(), "chat": chat if log is not None else None}, ensure_ascii=False))
         return 0
     print(ans.answer)
     u = "-" if ans.score is None else f"{ans.score:.3f}"
@@ -91,9 +107,24 @@ def ask(args: argparse.Namespace) -> int:
     tau_s = f"{ans.tau:.3f}" if ans.gate in ("entropy", "margin", "variance") else "-"
     print(f"[{ans.gate} U={u} {op} tau={tau_s}: {where}; {lat.total:.2f}s (draft {lat.draft:.2f}, "
           f"retrieval {lat.retrieval:.2f}, generation {lat.prefill + lat.decode:.2f})]", file=sys.stderr)
+    if ans.search_query and ans.search_query != ans.question:
+        print(f"  searched: {ans.search_query}", file=sys.stderr)
     for p in ans.passages:
         print(f"  [{p.score:.3f}] {p.title}", file=sys.stderr)
+    if log is not None:
+        print(f"  chat {chat}: continue with --chat {chat}", file=sys.stderr)
     return 0
+
+
+def chat_history(log, chat: str) -> list:
+    """The saved turns of chat `chat`; a clear error when the log has none."""
+    from targ_mlx.conversation import turns_from_messages
+
+    turns = turns_from_messages(log.messages(chat))
+    if not turns:
+        raise QuestionError(f"no chat {chat!r} in {log.path}; use the id `targ ask --json` printed as \"chat\" "
+                            "(and the same --db)")
+    return turns
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -58,6 +58,17 @@ DEFAULT_MAX_TOKENS = 32
 # each gate across its datasets (Qwen2.5-7B tables). SmolLM2 is far less confident than a 7B
 # model, so expect `targ-calibrate` to move these; they only make the gate do *something*.
 DEFAULT_TAU = MappingProxyType({"entropy": 0.80, "margin": 0.35, "variance": 0.60})
+# Shipped thresholds per offline model alias (the model key is `Backbone.model_id`, which is the
+# alias for aliases): tau for a 30% retrieval budget, the 0.7 quantile of U over NQ-Open dev
+# questions drafted through `Assistant.answer` with its own defaults (prompt `paper`, k=20, beta=3).
+# Run 2026-11-23 on 31 seeded questions (a machine at load ~25 limited it; targ-calibrate needs 30):
+#   python scripts/draft_scores.py --gate margin --n 200 --db runs/draft-scores.db   (stopped at 31 rows)
+#   python -m targ_mlx.calibrate --db runs/draft-scores.db --gate margin --budget 0.3   -> 0.6571
+#   python -m targ_mlx.calibrate --db runs/draft-scores.db --gate entropy --budget 0.3  -> 2.5353
+# The variance gate was not measured, so it shows "not calibrated" until /recalibrate.
+CALIBRATED_TAU = MappingProxyType({
+    "smollm2-135m": MappingProxyType({"margin": 0.657, "entropy": 2.535}),
+})
 
 
 def default_config_path() -> Path:
@@ -103,7 +114,7 @@ class Config:
     )
 
     def tau_for(self, model: str, gate: str) -> float:
-        """The threshold to use: calibrated for (model, gate), else the gate default.
+        """The threshold to use: calibrated for (model, gate) in the file, else shipped, else the gate default.
 
         `never` gives +inf and `always` -inf, so `U > tau` holds never / always.
         """
@@ -115,10 +126,14 @@ class Config:
             raise ValueError(
                 f"Unknown gate: {gate!r}; use one of {', '.join(GATES)}, never, always"
             )
-        calibrated = self.tau_by_model.get(model, {})
-        if gate in calibrated:
-            return float(calibrated[gate])
+        for calibrated in (self.tau_by_model.get(model, {}), CALIBRATED_TAU.get(model, {})):
+            if gate in calibrated:
+                return float(calibrated[gate])
         return float(self.tau.get(gate, DEFAULT_TAU[gate]))
+
+    def tau_calibrated(self, model: str, gate: str) -> bool:
+        """Whether `tau_for(model, gate)` was calibrated for this model (by the user or shipped)."""
+        return gate in self.tau_by_model.get(model, {}) or gate in CALIBRATED_TAU.get(model, {})
 
     def merged(self, **overrides: Any) -> Config:
         """A copy with the given fields replaced, skipping None (a CLI flag not given)."""

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from targ_mlx.config import (
+    CALIBRATED_TAU,
     DEFAULT_TAU,
     Config,
     default_config_path,
@@ -40,7 +41,19 @@ def test_defaults():
         32,
     )
     assert cfg.index is None
-    assert cfg.tau_for("smollm2-135m", "margin") == DEFAULT_TAU["margin"]
+    assert cfg.tau_for("other-model", "margin") == DEFAULT_TAU["margin"]
+
+
+def test_default_model_ships_a_calibrated_tau(tmp_path):
+    cfg = Config()
+    for gate in ("entropy", "margin"):
+        assert cfg.tau_calibrated("smollm2-135m", gate)
+        assert cfg.tau_for("smollm2-135m", gate) == CALIBRATED_TAU["smollm2-135m"][gate] != DEFAULT_TAU[gate]
+        assert not cfg.tau_calibrated("/models/other.gguf", gate)
+    assert not cfg.tau_calibrated("smollm2-135m", "variance")  # not measured: flagged in the app
+    # The user's own calibration (targ-calibrate --write) wins over the shipped value.
+    user = load_config(write(tmp_path / "c.toml", '[tau."smollm2-135m"]\nmargin = 0.9\n'))
+    assert user.tau_for("smollm2-135m", "margin") == 0.9 and user.tau_calibrated("smollm2-135m", "margin")
 
 
 def test_config_is_frozen():

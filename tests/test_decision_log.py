@@ -353,3 +353,12 @@ def test_kill_9_mid_stream_keeps_every_committed_row(tmp_path):
     with DecisionLog(path) as log:  # and it is still writable
         log.record(answer(), source="chat")
         assert log.count() == len(stored) + 1
+
+
+def test_chat_turn_keeps_searched_query_and_history(log):
+    ans = answer(question="when was he born?", search_query="who painted the mona lisa when was he born?",
+                 history_turns=1)
+    row = log.get(log.record(ans, source="chat", session="s"))
+    assert row["extra"] == {"search_query": "who painted the mona lisa when was he born?", "history_turns": 1}
+    plain = log.get(log.record(answer(search_query="who wrote 'Middlemarch'?"), source="chat", session="s"))
+    assert plain["extra"] is None  # a single-turn answer searched as asked adds nothing

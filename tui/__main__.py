@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from targ_mlx.cli import add_common_args
+from targ_mlx.conversation import DEFAULT_HISTORY_TOKENS
 from targ_mlx.gates import GATES
 
 
@@ -16,10 +17,12 @@ def setup_arg_parser() -> argparse.ArgumentParser:
                                 "every decision is shown and logged.")
     add_common_args(p)
     p.add_argument("--new", action="store_true", help="start a new chat instead of reopening the latest one")
+    p.add_argument("--history-tokens", type=int, default=DEFAULT_HISTORY_TOKENS,
+                   help=f"tokens of earlier turns kept in the prompt, oldest dropped first (default {DEFAULT_HISTORY_TOKENS})")
     return p
 
 
-def make_loader(cfg, tau: float | None):
+def make_loader(cfg, tau: float | None, history_tokens: int = DEFAULT_HISTORY_TOKENS):
     """`loader(progress) -> (Assistant, index label, notice)`: model, then index (built on first run)."""
 
     def load(progress):
@@ -31,7 +34,7 @@ def make_loader(cfg, tau: float | None):
         t = tau if tau is not None else (cfg.tau_for(bb.model_id, cfg.gate) if cfg.gate in GATES[:3] else None)
         settings = Settings(gate=cfg.gate, tau=t, k=cfg.k, beta=cfg.beta, n_samples=cfg.n_samples,
                             temperature=cfg.temperature, top_k=cfg.top_k, context_tokens=cfg.context_tokens,
-                            max_tokens=cfg.max_tokens)
+                            max_tokens=cfg.max_tokens, history_tokens=history_tokens)
         retriever, index_id = None, None
         try:
             from targ_mlx import index
@@ -65,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, DecisionLogError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    app = make_app(make_loader(cfg, args.tau), log=log, config=cfg, config_path=args.config, resume=not args.new)
+    app = make_app(make_loader(cfg, args.tau, args.history_tokens), log=log, config=cfg, config_path=args.config, resume=not args.new)
     app.run()
     return 0
 

@@ -24,6 +24,7 @@ from textual.widgets import Footer, Label, ProgressBar, Static, TextArea
 
 from targ_mlx.assistant import Assistant
 from targ_mlx.config import Config, load_config, save_tau
+from targ_mlx.conversation import turns_from_messages
 from targ_mlx.decision_log import DecisionLog
 from tui import commands
 from tui.messages import AnswerDone, AnswerText, Loaded, LoadProgress
@@ -160,7 +161,20 @@ class ChatApp(App):
             model=a.backbone.model_id if a else "loading", index=index, gate=s.gate if s else "-",
             tau=s.threshold if s and s.gate in commands.GATES[:3] else None, k=s.k if s else 0,
             retrieved=self.retrieved, answered=self.answered,
-            state=state or ("generating…" if self.generating else ""))
+            state=state or ("generating…" if self.generating else ""), tau_note=self._tau_note(),
+            history_tokens=s.history_tokens if s else None)
+
+    def _tau_note(self) -> str:
+        """A warning while tau is the gate's placeholder for this model, with when to /recalibrate."""
+        a = self.assistant
+        if a is None or a.settings.gate not in commands.GATES[:3]:
+            return ""
+        model, s = a.backbone.model_id, a.settings
+        if self.config.tau_calibrated(model, s.gate) or s.threshold != self.config.tau_for(model, s.gate):
+            return ""  # calibrated, or set by the user (/tau, /budget, --tau)
+        n = len(self.decisions.scores(s.gate, s.k, model=model)) if self.decisions else 0
+        when = "now" if n >= commands.MIN_ROWS else f"after {commands.MIN_ROWS} answers ({n}/{commands.MIN_ROWS})"
+        return f"⚠ not calibrated for this model: /recalibrate {when}"
 
     # -- history -------------------------------------------------------------------------
 
@@ -216,18 +230,21 @@ class ChatApp(App):
         self.query_one(PromptArea).clear()
         chat = self.query_one(ChatLog)
         chat.add("user", event.text)
-        if self.decisions is not None:
+        history = []
+        if self.decisions is not None:  # the conversation so far, from the transcript in the log
+            history = turns_from_messages(self.decisions.messages(self.session))
             self.decisions.add_message(self.session, "user", event.text)
         self._view = chat.add("assistant")
         self.cancel_event = threading.Event()
         self.generating = True
         self._status()
-        self.generate(event.text, self.cancel_event)
+        self.generate(event.text, self.cancel_event, history)
 
     @work(thread=True, exclusive=True, group="generate")
-    def generate(self, question: str, cancel: threading.Event) -> None:
+    def generate(self, question: str, cancel: threading.Event, history=()) -> None:
         try:
-            ans = self.assistant.answer(question, on_text=lambda t: self.post_message(AnswerText(t)), cancel=cancel)
+            ans = self.assistant.answer(question, history=history, cancel=cancel,
+                                        on_text=lambda t: self.post_message(AnswerText(t)))
         except Exception as e:  # e.g. a QuestionError or a missing index: shown in the chat
             self.post_message(AnswerDone(None, None, e))
             return
