@@ -23,7 +23,9 @@ import sys
 import time
 from datetime import date
 
-import targ_mlx  # noqa: F401  (binds OpenBLAS before mlx.core)
+from targ_mlx import bind_openblas
+
+bind_openblas()  # before mlx.core loads
 import mlx.core as mx
 import numpy as np
 
@@ -42,11 +44,7 @@ def mlx_round(bb, prompt, n_decode, batch=1):
     mx.eval(logits)
     t1 = time.perf_counter()
     if batch > 1:  # as the variance draft does: rows share the prompt's keys on the kernels
-        from targ_mlx.draft import _repeat_rows
-        from targ_mlx.native.model import SharedPrefixCache
-
-        cache = ([SharedPrefixCache.from_cache(c, [0] * batch) for c in cache] if bb.engine is not None
-                 else _repeat_rows(cache, batch))
+        cache = bb.engine.share_rows(cache, [0] * batch)
         logits = mx.repeat(logits, batch, axis=0)
     y = mx.argmax(logits, axis=-1)
     mx.async_eval(y)

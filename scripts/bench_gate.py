@@ -20,8 +20,11 @@ import statistics
 import time
 from datetime import date
 
-import targ_mlx  # noqa: F401  (binds OpenBLAS before mlx.core)
+from targ_mlx import bind_openblas
 
+bind_openblas()  # before mlx.core loads
+
+from targ_mlx import pipeline
 from targ_mlx.assistant import Assistant, Settings
 from targ_mlx.backbone import load_backbone
 from targ_mlx.draft import draft
@@ -55,7 +58,7 @@ def main(argv=None):
         return out, time.perf_counter() - t0
 
     for i, q in enumerate(questions):
-        ids = a.question_ids(q, args.prompt)
+        ids = pipeline.prompt_ids(a.backbone, q, args.prompt)
         best = {"never": [], "targ": [], "greedy": [], "variance": []}
         for _ in range(args.reps):
             arms = ["never", "targ"]

@@ -26,7 +26,9 @@ import subprocess
 import time
 from datetime import date
 
-import targ_mlx  # noqa: F401  (binds OpenBLAS before mlx.core)
+from targ_mlx import bind_openblas
+
+bind_openblas()  # before mlx.core loads
 
 from targ_mlx.conversation import Turn, model_rewrite, questions_query
 

@@ -16,7 +16,9 @@ import json
 import os
 import random
 
-import targ_mlx  # noqa: F401  (binds OpenBLAS before mlx.core)
+from targ_mlx import bind_openblas
+
+bind_openblas()  # before mlx.core loads
 
 from targ_mlx.assistant import Assistant, Settings
 from targ_mlx.backbone import load_backbone

@@ -3,8 +3,8 @@
 The Linux `mlx[cpu]` wheel links the netlib reference BLAS (~5 GFLOP/s sgemm). Loading
 OpenBLAS with RTLD_GLOBAL first makes the dynamic linker resolve MLX's `cblas_*`/`sgemm_`
 symbols to it (~175 GFLOP/s on 2 cores). This has to run before the first `import mlx.core`
-in the process, which is why `targ_mlx/__init__.py` calls it; it does nothing on macOS
-(Accelerate) or when disabled with TARG_MLX_NO_OPENBLAS=1.
+in the process, so the entry points call `bind_openblas()` first thing (importing `targ_mlx`
+does not); it does nothing on macOS (Accelerate) or when disabled with TARG_MLX_NO_OPENBLAS=1.
 """
 
 from __future__ import annotations
@@ -53,10 +53,10 @@ def bind_openblas() -> str | None:
         BLAS_STATUS = "skipped (not Linux or TARG_MLX_NO_OPENBLAS=1)"
         return None
     if "mlx.core" in sys.modules:
-        BLAS_STATUS = "mlx.core was imported before targ_mlx; reference BLAS in use"
+        BLAS_STATUS = "mlx.core was imported before bind_openblas(); reference BLAS in use"
         warnings.warn(
-            "targ_mlx: mlx.core was imported before targ_mlx, so OpenBLAS could not be bound "
-            "and MLX runs ~30x slower matmuls on CPU; import targ_mlx first.",
+            "targ_mlx: mlx.core was imported before targ_mlx.bind_openblas(), so OpenBLAS could not be "
+            "bound and MLX runs ~30x slower matmuls on CPU; call it before anything imports mlx.core.",
             stacklevel=3,
         )
         return None

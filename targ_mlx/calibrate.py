@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -31,32 +30,14 @@ from targ_mlx.calibration import (
     retrieval_rate,
     text_histogram,
 )
+from targ_mlx.calibration_rows import MIN_ROWS, NotEnoughRowsError, labelled_rows, score_rows
 from targ_mlx.config import GATES, Config, default_config_path, load_config, save_tau
-from targ_mlx.decision_log import (
-    POSITIVE_LABELS,
-    SOURCES,
-    DecisionLog,
-    DecisionLogError,
-    ScoreRow,
-)
+from targ_mlx.decision_log import SOURCES, DecisionLog
+from targ_mlx.errors import run_cli
 
-MIN_ROWS = 30  # fewer rows give a tau that moves by whole bins with each new row
 DEFAULT_BINS = 20
 _SPAN = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-
-
-class NotEnoughRowsError(Exception):
-    """Too few usable rows in the log to fit a threshold."""
-
-
-@dataclass(frozen=True)
-class Labelled:
-    u: list[float]
-    correct_never: list[float]
-    correct_always: list[float]
-    from_branches: int  # rows with both branches scored
-    from_feedback: int  # rows labelled by a user vote
 
 
 def parse_since(text: str, now: datetime | None = None) -> datetime:
@@ -72,27 +53,6 @@ def parse_since(text: str, now: datetime | None = None) -> datetime:
             f"--since {text!r} is neither a span like 7d, 12h, 30m, 2w nor an ISO date like 2026-08-01"
         ) from None
     return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
-
-
-def labelled_rows(rows: list[ScoreRow], metric: str = "em") -> Labelled:
-    """Split rows into (U, correct_never, correct_always) for the accuracy objective."""
-    u, never, always = [], [], []
-    n_branches = n_feedback = 0
-    for row in rows:
-        cn, ca = getattr(row, f"{metric}_never"), getattr(row, f"{metric}_always")
-        if cn is not None and ca is not None:
-            n_branches += 1
-        elif row.label is not None:
-            good = row.label in POSITIVE_LABELS
-            retrieve_was_right = good == row.retrieved
-            cn, ca = (0.0, 1.0) if retrieve_was_right else (1.0, 0.0)
-            n_feedback += 1
-        else:
-            continue
-        u.append(row.u)
-        never.append(cn)
-        always.append(ca)
-    return Labelled(u, never, always, n_branches, n_feedback)
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
@@ -180,8 +140,8 @@ def run(args: argparse.Namespace) -> str:
         )
     since = parse_since(args.since) if args.since else None
     with DecisionLog(db_path) as log:
-        rows = log.scores(
-            gate, k, model=args.model, since=since, source=args.source, beta=args.beta
+        rows = score_rows(
+            log, gate, k, model=args.model, since=since, source=args.source, beta=args.beta
         )
 
     what = f"gate {gate}, k={k}" + "".join(
@@ -241,20 +201,16 @@ def run(args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = setup_arg_parser().parse_args(argv)
+def _main(args: argparse.Namespace) -> int:
     if args.budget is not None and not 0.0 <= args.budget <= 1.0:
-        print(
-            f"error: --budget must be a retrieval rate in [0, 1]; got {args.budget}",
-            file=sys.stderr,
-        )
-        raise SystemExit(1)
-    try:
-        print(run(args))
-    except (DecisionLogError, NotEnoughRowsError, ValueError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(1) from None
+        raise ValueError(f"--budget must be a retrieval rate in [0, 1]; got {args.budget}")
+    print(run(args))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_cli(setup_arg_parser(), _main, argv)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -8,23 +8,20 @@ import logging
 import sys
 import uuid
 
-from targ_mlx.conversation import DEFAULT_HISTORY_TOKENS, DEFAULT_REWRITE, REWRITE_METHODS
+from targ_mlx._blas import bind_openblas
+from targ_mlx.defaults import (
+    DEFAULT_BETA,
+    DEFAULT_CONTEXT_TOKENS,
+    DEFAULT_N_SAMPLES,
+    DEFAULT_TEMPERATURE,
+    DEFAULT_TOP_K,
+    PROMPT_STYLES,
+    SCORED_GATES,
+)
 from targ_mlx.errors import QuestionError
-from targ_mlx.gates import GATES
+from targ_mlx.flags import add_common_args, index_folders, settings_from_args
 
 logger = logging.getLogger(__name__)
-
-
-def add_common_args(p: argparse.ArgumentParser) -> None:
-    """Flags shared by `targ ask` and the chat app (`targ-chat`); None means "from config"."""
-    p.add_argument("--model", help="alias (smollm2-135m, the offline default), .gguf path, MLX folder or mlx-lm repo id")
-    p.add_argument("--index", help="index folder (default: the offline default index, built on first use)")
-    p.add_argument("--db", help="decision log (default: decisions.db under the user data dir)")
-    p.add_argument("--config", help="config TOML (default: config.toml under the user config dir)")
-    p.add_argument("--gate", choices=GATES, help="gate (default from config: margin)")
-    p.add_argument("--tau", type=float, help="retrieve iff U > tau (default: calibrated value from config, else a placeholder)")
-    p.add_argument("--k", type=int, help="draft length in tokens (default 20)")
-    p.add_argument("--max-tokens", type=int, help="answer length cap (default 32)")
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
@@ -33,48 +30,43 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     ask = sub.add_parser("ask", help="answer one question")
     ask.add_argument("question", help="the question (quote it)")
     add_common_args(ask)
-    ask.add_argument("--beta", type=float, help="margin link temperature (default 3)")
-    ask.add_argument("--n-samples", type=int, help="variance gate: sampled prefixes (default 5)")
-    ask.add_argument("--temp", type=float, help="variance gate: sampling temperature (default 0.7)")
+    ask.add_argument("--beta", type=float, help=f"margin link temperature (default {DEFAULT_BETA:g})")
+    ask.add_argument("--n-samples", type=int, help=f"variance gate: sampled prefixes (default {DEFAULT_N_SAMPLES})")
+    ask.add_argument("--temp", type=float, help=f"variance gate: sampling temperature (default {DEFAULT_TEMPERATURE})")
     ask.add_argument("--seed", type=int, default=0, help="variance gate: RNG seed (default 0)")
-    ask.add_argument("--top-k", type=int, help="passages to retrieve (default 5)")
-    ask.add_argument("--context-tokens", type=int, help="context budget L_ctx in tokens (default 1024)")
+    ask.add_argument("--top-k", type=int, help=f"passages to retrieve (default {DEFAULT_TOP_K})")
+    ask.add_argument("--context-tokens", type=int, help=f"context budget L_ctx in tokens (default {DEFAULT_CONTEXT_TOKENS})")
     ask.add_argument("--recheck-every", type=int, default=0, help="re-check the gate every m tokens (default 0: off)")
-    ask.add_argument("--prompt", choices=("paper", "short"), default="paper",
+    ask.add_argument("--prompt", choices=PROMPT_STYLES, default="paper",
                      help="paper: the paper's system prompt; short: few-shot short answers (default paper)")
     ask.add_argument("--chat", metavar="ID", help="continue the saved chat ID (its earlier turns go into the prompt); "
                      "--json prints the id each answer was saved under (default: a new single-turn chat)")
-    ask.add_argument("--history-tokens", type=int, default=DEFAULT_HISTORY_TOKENS,
-                     help=f"with --chat: tokens of earlier turns kept, oldest dropped first (default {DEFAULT_HISTORY_TOKENS})")
-    ask.add_argument("--rewrite", choices=REWRITE_METHODS, default=DEFAULT_REWRITE,
-                     help=f"with --chat: how a follow-up becomes a standalone search query (default {DEFAULT_REWRITE})")
     ask.add_argument("--no-log", action="store_true", help="do not write the decision log")
     ask.add_argument("--json", action="store_true", help="print the result record as one JSON object")
     return parser
 
 
-def open_index(path: str | None):
+def open_index(paths: list[str]):
     """A zero-argument loader for the retriever, so answers that skip retrieval never load it."""
 
     def load():
         from targ_mlx import index
         from targ_mlx.index.progress import ProgressBar
 
-        folder = path or index.ensure_default_index(progress=ProgressBar())
-        return index.open_retriever(folder)
+        return index.open_indexes(paths or [index.ensure_default_index(progress=ProgressBar())])
 
     return load
 
 
 def ask(args: argparse.Namespace) -> int:
-    from targ_mlx.assistant import Assistant, Settings
+    bind_openblas()  # before the first import of mlx.core (the assistant's)
+    from targ_mlx.assistant import Assistant
     from targ_mlx.backbone import load_backbone
     from targ_mlx.config import load_config
+    from targ_mlx.model_spec import model_key
 
-    cfg = load_config(args.config).merged(model=args.model, gate=args.gate, k=args.k, beta=args.beta,
-                                          n_samples=args.n_samples, temperature=args.temp, top_k=args.top_k,
-                                          context_tokens=args.context_tokens, max_tokens=args.max_tokens,
-                                          index=args.index, db=args.db)
+    cfg = load_config(args.config).merged(model=args.model, db=args.db)
+    settings = settings_from_args(args, cfg, model_key(cfg.model))  # fails before the model loads
     if args.chat and args.no_log:
         raise QuestionError("--chat continues a chat saved in the decision log; drop --no-log")
     log = None
@@ -84,27 +76,25 @@ def ask(args: argparse.Namespace) -> int:
         log = DecisionLog(cfg.db)
     history = chat_history(log, args.chat) if args.chat else []
     bb = load_backbone(cfg.model)
-    tau = args.tau if args.tau is not None else (cfg.tau_for(bb.model_id, cfg.gate) if cfg.gate in ("entropy", "margin", "variance") else None)
-    settings = Settings(gate=cfg.gate, tau=tau, k=cfg.k, beta=cfg.beta, n_samples=cfg.n_samples,
-                        temperature=cfg.temperature, seed=args.seed, top_k=cfg.top_k,
-                        context_tokens=cfg.context_tokens, max_tokens=cfg.max_tokens,
-                        recheck_every=args.recheck_every, prompt_style=args.prompt,
-                        history_tokens=args.history_tokens, rewrite=args.rewrite)
     chat = args.chat or uuid.uuid4().hex[:12]
-    assistant = Assistant(bb, open_index(cfg.index), settings, log=log, source="ask", session=chat)
+    assistant = Assistant(bb, open_index(index_folders(args.index, cfg.index)), settings, log=log, source="ask",
+                          session=chat)
     ans = assistant.answer(args.question, history=history)
     if log is not None:  # the transcript, so `--chat ID` can continue it
         log.add_message(chat, "user", ans.question)
         log.add_message(chat, "assistant", ans.answer, assistant.last_decision_id)
     if args.json:
-        print(json.dumps({**ans.to_dict(), "chat": chat if log is not None else None}, ensure_ascii=False))
+        record = ans.to_dict()
+        record["tau"] = record["tau"] if ans.gate in SCORED_GATES else None  # never/always: +-inf, not JSON
+        record["chat"] = chat if log is not None else None
+        print(json.dumps(record, ensure_ascii=False))
         return 0
     print(ans.answer)
     u = "-" if ans.score is None else f"{ans.score:.3f}"
     op = ">" if ans.retrieved else "<="
     where = f"retrieved {len(ans.passages)} passages" if ans.retrieved else "answered without retrieval"
     lat = ans.latency
-    tau_s = f"{ans.tau:.3f}" if ans.gate in ("entropy", "margin", "variance") else "-"
+    tau_s = f"{ans.tau:.3f}" if ans.gate in SCORED_GATES else "-"
     print(f"[{ans.gate} U={u} {op} tau={tau_s}: {where}; {lat.total:.2f}s (draft {lat.draft:.2f}, "
           f"retrieval {lat.retrieval:.2f}, generation {lat.prefill + lat.decode:.2f})]", file=sys.stderr)
     if ans.search_query and ans.search_query != ans.question:
@@ -128,11 +118,9 @@ def chat_history(log, chat: str) -> list:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = setup_arg_parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    from targ_mlx.errors import run_main
+    from targ_mlx.errors import run_cli
 
-    return run_main(ask, args)
+    return run_cli(setup_arg_parser(), ask, argv)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,20 @@ from typing import Any, Mapping
 
 import platformdirs
 
+from targ_mlx.defaults import (
+    DEFAULT_BETA,
+    DEFAULT_CONTEXT_TOKENS,
+    DEFAULT_GATE,
+    DEFAULT_K,
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_MODEL,
+    DEFAULT_N_SAMPLES,
+    DEFAULT_TAU,
+    DEFAULT_TEMPERATURE,
+    DEFAULT_TOP_K,
+    SCORED_GATES as GATES,  # gates with a threshold; never/always have none
+)
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
@@ -39,29 +53,11 @@ APP_NAME = "targ-mlx"
 CONFIG_ENV = "TARG_MLX_CONFIG"
 DB_ENV = "TARG_MLX_DB"
 
-GATES = (
-    "entropy",
-    "margin",
-    "variance",
-)  # gates with a threshold; never/always have none
-
-DEFAULT_MODEL = "smollm2-135m"
-DEFAULT_GATE = "margin"
-DEFAULT_K = 20  # draft prefix length (paper default)
-DEFAULT_BETA = 3.0  # margin link phi(g) = exp(-g / beta)
-DEFAULT_N_SAMPLES = 5  # variance gate: sampled prefixes
-DEFAULT_TEMPERATURE = 0.7  # variance gate: sampling temperature
-DEFAULT_TOP_K = 5  # passages retrieved
-DEFAULT_CONTEXT_TOKENS = 1024  # L_ctx, budget for retrieved context
-DEFAULT_MAX_TOKENS = 32
-# Placeholders until calibrated: the median of the operating points the paper reports for
-# each gate across its datasets (Qwen2.5-7B tables). SmolLM2 is far less confident than a 7B
-# model, so expect `targ-calibrate` to move these; they only make the gate do *something*.
-DEFAULT_TAU = MappingProxyType({"entropy": 0.80, "margin": 0.35, "variance": 0.60})
-# Shipped thresholds per offline model alias (the model key is `Backbone.model_id`, which is the
-# alias for aliases): tau for a 30% retrieval budget, the 0.7 quantile of U over NQ-Open dev
-# questions drafted through `Assistant.answer` with its own defaults (prompt `paper`, k=20, beta=3).
-# Run 2026-11-23 on 31 seeded questions (a machine at load ~25 limited it; targ-calibrate needs 30):
+# Shipped thresholds per offline model key (`model_spec.model_key`: the alias for aliases): tau for
+# a 30% retrieval budget, the 0.7 quantile of U over NQ-Open dev questions drafted through
+# `Assistant.answer` with its own defaults (prompt `paper`, k=20, beta=3). `tau_for` reads them
+# after the user's own `[tau."key"]`. Run 2026-11-23 on 31 seeded questions (a machine at load ~25
+# limited it; targ-calibrate needs 30):
 #   python scripts/draft_scores.py --gate margin --n 200 --db runs/draft-scores.db   (stopped at 31 rows)
 #   python -m targ_mlx.calibrate --db runs/draft-scores.db --gate margin --budget 0.3   -> 0.6571
 #   python -m targ_mlx.calibrate --db runs/draft-scores.db --gate entropy --budget 0.3  -> 2.5353

@@ -11,11 +11,9 @@ from __future__ import annotations
 import threading
 from typing import Callable, NamedTuple, Sequence
 
-DEFAULT_HISTORY_TOKENS = 512  # earlier turns kept in the prompt; SmolLM2's window is 8k
+from targ_mlx.defaults import DEFAULT_HISTORY_TOKENS, DEFAULT_REWRITE, REWRITE_METHODS  # noqa: F401
+
 TURN_OVERHEAD_TOKENS = 10  # chat-template markers around one user + one assistant message
-REWRITE_METHODS = ("model", "questions", "none")
-# Chosen by scripts/bench_rewrite.py on TREC CAsT (BENCHMARKS.md, "Standalone retrieval queries").
-DEFAULT_REWRITE = "questions"
 REWRITE_MAX_TOKENS = 32
 QUESTIONS_KEPT = 2  # the cheap form: this many previous questions + the current one
 

@@ -14,16 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 import mlx.core as mx
-from mlx_lm.models.cache import KVCache
 
 from targ_mlx.backbone import Backbone
+from targ_mlx.defaults import DEFAULT_K, DEFAULT_TEMPERATURE
 from targ_mlx.gates import DraftSignals
-from targ_mlx.native.model import SharedPrefixCache
 from targ_mlx.sampling import uniforms
 
-DEFAULT_K = 20
-DEFAULT_N = 5
-DEFAULT_TEMPERATURE = 0.7
 
 
 @dataclass
@@ -76,30 +72,6 @@ def _greedy(bb: Backbone, cache: list[Any], logits: mx.array, max_new: int, stat
         cur = nxt
 
 
-def _split_row(cache: list[Any], row: int) -> list[Any]:
-    if isinstance(cache[0], SharedPrefixCache):  # no copy of the prompt's keys
-        return [c.row(row) for c in cache]
-    out = []
-    for c in cache:
-        kv = KVCache()
-        kv.keys = c.keys[row : row + 1, :, : c.offset, :]
-        kv.values = c.values[row : row + 1, :, : c.offset, :]
-        kv.offset = c.offset
-        out.append(kv)
-    return out
-
-
-def _repeat_rows(cache: list[Any], n: int) -> list[Any]:
-    out = []
-    for c in cache:
-        kv = KVCache()
-        kv.keys = mx.repeat(c.keys[:, :, : c.offset, :], n, axis=0)
-        kv.values = mx.repeat(c.values[:, :, : c.offset, :], n, axis=0)
-        kv.offset = c.offset
-        out.append(kv)
-    return out
-
-
 def draft(bb: Backbone, prompt_ids: list[int], k: int = DEFAULT_K, n_samples: int = 0,
           temperature: float = DEFAULT_TEMPERATURE, seed: int = 0) -> Draft:
     """Prefill B(q) once and decode the k-token greedy draft (and N sampled prefixes).
@@ -136,8 +108,7 @@ def _batched_draft(bb: Backbone, cache: list[Any], logits: mx.array, k: int, n: 
                    seed: int) -> tuple[list[int], list[float], list[float], list[list[int]], list[Any]]:
     eos_set = bb.tokenizer.eos_ids
     # on the kernels the N + 1 rows read the prompt's keys in place; elsewhere they are copied
-    batch = ([SharedPrefixCache.from_cache(c, [0] * (n + 1)) for c in cache] if bb.engine is not None
-             else _repeat_rows(cache, n + 1))
+    batch = bb.engine.share_rows(cache, [0] * (n + 1))
     key = mx.random.key(seed)
     lg = mx.repeat(logits, n + 1, axis=0)  # row 0 greedy, rows 1..n sampled at temperature
     inv_temp = mx.array([0.0] + [1.0 / temperature] * n, dtype=mx.float32)
@@ -172,13 +143,24 @@ def _batched_draft(bb: Backbone, cache: list[Any], logits: mx.array, k: int, n: 
     gaps_f = mx.stack(gaps[:greedy_len])[:, 0].tolist()
     # Row 0's cache now holds prompt + greedy tokens fed so far; drop whatever follows the
     # draft's last token so the continuation feeds it next, as in the unbatched path.
-    row0 = _split_row(batch, 0)
+    row0 = bb.engine.row(batch, 0)
     fed = len(grid[0]) - 1 if len(grid[0]) == k else len(grid[0])
     for c in row0:
         c.offset -= max(0, fed - (greedy_len - 1))
         c.keys = c.keys[:, :, : c.offset, :]
         c.values = c.values[:, :, : c.offset, :]
     return greedy, ents_f, gaps_f, samples, row0
+
+
+def continue_with_stats(bb: Backbone, d: Draft, max_new: int, cancel: threading.Event | None = None
+                        ) -> Iterator[tuple[int, float, float]]:
+    """Greedy tokens after the draft's last token with each step's (entropy, gap), as the draft
+    records them: what the optional re-check scores while the answer streams."""
+    if d.ended or max_new <= 0:
+        return
+    logits = bb.step(mx.array([d.tokens[-1]], dtype=mx.int32), d.cache)
+    for tok, e, g in _greedy(bb, d.cache, logits, max_new, stats=True, cancel=cancel):
+        yield tok, e.item(), g.item()
 
 
 def continue_greedy(bb: Backbone, d: Draft, max_new: int, cancel: threading.Event | None = None,

@@ -1,4 +1,12 @@
-"""Named errors of the answer path. Each message is one line naming the value and the fix."""
+"""Named errors of the answer path, and the one CLI error handler every entry point uses.
+
+Each message is one line naming the value and the fix.
+"""
+
+import sys
+
+EXIT_ERROR = 2  # bad input or a named error: the same code argparse gives a bad flag
+EXIT_INTERRUPTED = 130
 
 
 class TargError(Exception):
@@ -13,15 +21,27 @@ class QuestionError(TargError, ValueError):
     """An empty question, or one that cannot fit the model's context window."""
 
 
-def run_main(fn, args, interrupted: str = "interrupted") -> int:
-    """Run a CLI body: our errors and bad values become one `error: ...` line and exit code 2."""
-    import sys
+def run_cli(parser, fn, argv: list[str] | None = None, **kw) -> int:
+    """An entry point's `main(argv)`: parse, set up logging, run `fn(args)` under `run_main`."""
+    import logging
 
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    return run_main(fn, args, **kw)
+
+
+def run_main(fn, args, interrupted: str = "interrupted", errors: tuple[type[BaseException], ...] = ()) -> int:
+    """Run a CLI body: our errors and bad values become one `error: ...` line and `EXIT_ERROR`.
+
+    Args:
+        fn: the body, `fn(args) -> int | None` (None means success).
+        errors: further exception types to report the same way (e.g. a package's own base error).
+    """
     try:
-        return fn(args)
-    except (TargError, ValueError, FileNotFoundError, ImportError) as e:
+        return fn(args) or 0
+    except (TargError, ValueError, FileNotFoundError, ImportError, *errors) as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return EXIT_ERROR
     except KeyboardInterrupt:
         print(interrupted, file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED

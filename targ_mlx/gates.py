@@ -15,9 +15,7 @@ from typing import Callable, Sequence
 
 import mlx.core as mx
 
-GATES = ("entropy", "margin", "variance", "never", "always")
-SCORED_GATES = ("entropy", "margin", "variance")
-DEFAULT_BETA = 3.0  # margin link temperature: phi(z) = exp(-z / beta)
+from targ_mlx.defaults import DEFAULT_BETA, GATES, SCORED_GATES  # noqa: F401  (the gates' vocabulary)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from targ_mlx.defaults import PROMPT_STYLES  # noqa: F401
 from targ_mlx.retrieval import Passage
 
 SYSTEM_PROMPT = "You are a helpful assistant. Answer concisely and factually."  # the paper's default
@@ -22,8 +23,6 @@ SHORT_EXAMPLES = (
     ("what is the capital city of australia", "Canberra"),
     ("in which year did the first man land on the moon", "1969"),
 )
-PROMPT_STYLES = ("paper", "short")
-DEFAULT_CONTEXT_TOKENS = 1024  # L_ctx
 
 
 @dataclass(frozen=True)

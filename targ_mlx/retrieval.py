@@ -1,7 +1,8 @@
 """What the answer path needs from retrieval: a `Retriever` protocol and its `Passage`.
 
-The usearch on-disk index (`targ_mlx.index`) and the small exact in-memory retriever both
-implement `Retriever`; the assistant knows nothing else about how passages are found.
+The usearch on-disk index (`targ_mlx.index`) and the small exact in-memory retriever
+(`targ_mlx.index.exact`) both implement `Retriever`; the assistant knows nothing else about how
+passages are found. This module imports nothing from `targ_mlx.index`: the index depends on it.
 """
 
 from __future__ import annotations
@@ -29,45 +30,3 @@ class Retriever(Protocol):
     def search(self, query: str, k: int = 5) -> list[Passage]: ...
 
     def search_batch(self, queries: Sequence[str], k: int = 5) -> list[list[Passage]]: ...
-
-
-class ExactRetriever:
-    """Exact search over a few passages held in memory: numpy brute force, no index on disk.
-
-    For tests, small corpora and as the ground truth the HNSW index is measured against. Keys are
-    the passages' positions in the list given.
-    """
-
-    def __init__(self, passages: Sequence[tuple[str, str]], encoder=None):
-        """Args:
-        passages: (title, text) pairs, encoded once here.
-        encoder: a `targ_mlx.index.Encoder`, a sentence-transformers model name, or None for
-            the offline default all-MiniLM-L6-v2.
-        """
-        from targ_mlx.index.encoder import Encoder, load_encoder
-
-        self.encoder = encoder if isinstance(encoder, Encoder) else load_encoder(encoder)
-        self.titles = [t for t, _ in passages]
-        self.texts = [x for _, x in passages]
-        self.vectors = self.encoder.encode_passages(self.titles, self.texts)
-
-    def __len__(self) -> int:
-        return len(self.texts)
-
-    def search(self, query: str, k: int = 5) -> list[Passage]:
-        return self.search_batch([query], k)[0]
-
-    def search_batch(self, queries: Sequence[str], k: int = 5) -> list[list[Passage]]:
-        if k <= 0:
-            raise ValueError(f"k must be a positive number of passages, got {k}")
-        if not queries:
-            return []
-        import numpy as np
-
-        scores = self.encoder.encode_queries(queries) @ self.vectors.T
-        k = min(k, len(self.texts))
-        top = np.argsort(-scores, axis=1, kind="stable")[:, :k]
-        return [
-            [Passage(int(i), self.titles[i], self.texts[i], float(row[i])) for i in idx]
-            for row, idx in zip(scores, top)
-        ]

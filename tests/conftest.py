@@ -2,7 +2,9 @@
 
 import pytest
 
-import targ_mlx  # noqa: F401  (binds OpenBLAS before any test module imports mlx.core)
+from targ_mlx import bind_openblas
+
+bind_openblas()  # before any test module imports mlx.core, as the entry points do
 
 
 @pytest.fixture(autouse=True)
@@ -100,3 +102,55 @@ def small_index_dir(tmp_path_factory, small_index_corpus) -> _Path:
     from targ_mlx.index import build_index
 
     return build_index([str(small_index_corpus)], _test_cache(tmp_path_factory, "index") / "small")
+
+
+# --- your own documents (targ_mlx.index.documents) --------------------------------------------
+FIRST_ROW = 200  # NQ gold rows past those in the small Wikipedia index
+
+
+def _gold_rows(n: int) -> list[dict]:
+    rows = []
+    with open(NQ_GOLD, encoding="utf-8") as f:
+        for i, line in enumerate(f):
+            row = _json.loads(line)
+            if i >= FIRST_ROW and len(row["passages"][0]["text"]) > 400:
+                rows.append(row)
+                if len(rows) == n:
+                    return rows
+    raise AssertionError("not enough NQ gold rows")
+
+
+def _write_pdf(path: _Path, pages: list[str]) -> None:
+    from reportlab.lib.pagesizes import A4
+    from reportlab.lib.styles import getSampleStyleSheet
+    from reportlab.platypus import PageBreak, Paragraph, SimpleDocTemplate
+
+    style = getSampleStyleSheet()["BodyText"]
+    story = []
+    for text in pages:
+        story += [Paragraph(text, style), PageBreak()]
+    SimpleDocTemplate(str(path), pagesize=A4).build(story[:-1])
+
+
+@_pytest.fixture
+def notes_folder(tmp_path) -> tuple[_Path, list[dict]]:
+    """notes/: real Wikipedia passages as a Markdown file, a text file, an HTML page and a
+    two-page PDF (made with reportlab); returns the folder and the rows, in that file order."""
+    rows = _gold_rows(5)
+    folder = tmp_path / "notes"
+    (folder / "sub").mkdir(parents=True)
+    text = [r["passages"][0]["text"] for r in rows]
+    (folder / "lecture.md").write_text(f"# {rows[0]['passages'][0]['title']}\n\n{text[0]}\n", encoding="utf-8")
+    (folder / "sub" / "memo.txt").write_text(text[1], encoding="utf-8")
+    (folder / "page.html").write_text(
+        f"<html><head><title>x</title><script>var hidden = 1;</script></head><body><h1>"
+        f"{rows[2]['passages'][0]['title']}</h1><p>{text[2]}</p></body></html>", encoding="utf-8")
+    _write_pdf(folder / "report.pdf", [text[3], text[4]])
+    (folder / "ignored.bin").write_bytes(b"\x00\x01")
+    return folder, rows
+
+
+@_pytest.fixture
+def gold_rows():
+    """gold_rows(n): the first n NQ-Open gold rows past those in the small index (passages > 400 chars)."""
+    return _gold_rows

@@ -164,16 +164,13 @@ def test_too_few_rows_is_refused(tmp_path, capsys):
     with DecisionLog(path) as log:
         for u in np.linspace(0, 1, 29):
             log.record(eval_answer(u, 0.1), source="eval")
-    with pytest.raises(SystemExit) as e:
-        main(["--db", str(path), "--budget", "0.1"])
-    assert e.value.code == 1
+    assert main(["--db", str(path), "--budget", "0.1"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert err.startswith("error: Only 29 usable rows for gate margin, k=20 in")
     assert "(need 30)" in err
     # Labels are counted separately: 29 rows and none labelled.
-    with pytest.raises(SystemExit):
-        main(["--db", str(path), "--objective", "accuracy"])
+    assert main(["--db", str(path), "--objective", "accuracy"]) == 2
     assert "Only 0 usable rows" in capsys.readouterr().err
 
 
@@ -192,8 +189,7 @@ def test_filters_narrow_the_rows(eval_db, capsys):
         capsys, "--db", str(eval_db), "--budget", "0.1", "--k", "10", "--model", "qwen"
     )
     assert "50 rows with u_margin" in out
-    with pytest.raises(SystemExit):
-        main(["--db", str(eval_db), "--budget", "0.1", "--k", "10", "--source", "eval"])
+    assert main(["--db", str(eval_db), "--budget", "0.1", "--k", "10", "--source", "eval"]) == 2
     assert "Only 0 usable rows" in capsys.readouterr().err
 
 
@@ -227,7 +223,7 @@ def test_write_stores_tau_per_model_and_gate(eval_db, tmp_path, capsys):
 def test_write_needs_a_model_when_rows_mix_models(eval_db, tmp_path, capsys):
     with DecisionLog(eval_db) as log:
         log.record(eval_answer(0.5, 0.1, model="qwen"), source="eval")
-    with pytest.raises(SystemExit):
+    assert (
         main(
             [
                 "--db",
@@ -239,6 +235,8 @@ def test_write_needs_a_model_when_rows_mix_models(eval_db, tmp_path, capsys):
                 str(tmp_path / "c.toml"),
             ]
         )
+        == 2
+    )
     assert (
         "several models (qwen, smollm2-135m); pass --model" in capsys.readouterr().err
     )
@@ -261,17 +259,13 @@ def test_write_needs_a_model_when_rows_mix_models(eval_db, tmp_path, capsys):
     ],
 )
 def test_bad_arguments_give_one_line(eval_db, capsys, argv, message):
-    with pytest.raises(SystemExit) as e:
-        main(["--db", str(eval_db), *argv])
-    assert e.value.code == 1
+    assert main(["--db", str(eval_db), *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith(message) and len(err.strip().splitlines()) == 1
 
 
 def test_missing_db(tmp_path, capsys):
-    with pytest.raises(SystemExit) as e:
-        main(["--db", str(tmp_path / "none.db"), "--budget", "0.1"])
-    assert e.value.code == 1
+    assert main(["--db", str(tmp_path / "none.db"), "--budget", "0.1"]) == 2
     assert capsys.readouterr().err.startswith(
         f"error: Decision log not found: {tmp_path / 'none.db'}"
     )

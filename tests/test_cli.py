@@ -58,6 +58,28 @@ def test_module_entry_point_help():
     assert "ask" in out.stdout
 
 
+def test_every_entry_point_reports_errors_alike(tmp_path, capsys):
+    """One handler (`errors.run_main`): one `error: ...` line and the same exit code everywhere."""
+    from targ_mlx.calibrate import main as calibrate
+    from targ_mlx.errors import EXIT_ERROR
+    from targ_mlx.eval.__main__ import main as evaluate
+    from targ_mlx.index.__main__ import main as index
+
+    for run, argv in ((calibrate, ["--db", str(tmp_path / "none.db"), "--budget", "0.1"]),
+                      (index, ["info", str(tmp_path / "nowhere")]),
+                      (evaluate, ["--output-dir", str(tmp_path)])):
+        assert run(argv) == EXIT_ERROR, run.__module__
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1, err
+
+
+def test_importing_the_package_does_no_work():
+    """`import targ_mlx` loads neither MLX nor OpenBLAS; the entry points bind it when they start."""
+    code = ("import sys, targ_mlx, targ_mlx._blas as b, targ_mlx.config, targ_mlx.settings, targ_mlx.decision_log; "
+            "assert 'mlx.core' not in sys.modules, 'mlx'; assert b.BLAS_STATUS == 'not attempted', b.BLAS_STATUS")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def test_ask_continues_a_saved_chat(tmp_path, capsys, backbone):
     db = str(tmp_path / "log.db")
     common = ["--gate", "never", "--max-tokens", "12", "--db", db, "--json"]

@@ -19,6 +19,7 @@ from targ_mlx.decision_log import (
     SchemaVersionError,
     UnknownDecisionError,
 )
+from targ_mlx.calibration_rows import score_rows
 from targ_mlx.records import Answer, Latency, PassageRef, TokenCounts
 
 REPO = Path(__file__).resolve().parents[1]
@@ -145,7 +146,7 @@ def test_feedback(log):
     row_id = log.record(answer(), source="chat")
     log.feedback(row_id, "wrong")
     log.feedback(row_id, "correct", note="it was right after all")
-    [row] = log.scores("margin", 20)
+    [row] = score_rows(log, "margin", 20)
     assert row.label == "correct"  # the latest label wins
     with pytest.raises(
         ValueError,
@@ -174,18 +175,18 @@ def test_scores_filters(log, fresh_db):
     fresh_db.conn.commit()
 
     # Rows decided by another gate still count: they logged a margin score.
-    assert [r.u for r in log.scores("margin", 20)] == [0.5, 0.7, 0.3, 0.9]
-    assert [r.u for r in log.scores("margin", 10)] == [0.2]
-    assert [r.u for r in log.scores("margin", 20, model="qwen")] == [0.3]
-    assert [r.u for r in log.scores("margin", 20, source="chat")] == [0.7]
+    assert [r.u for r in score_rows(log, "margin", 20)] == [0.5, 0.7, 0.3, 0.9]
+    assert [r.u for r in score_rows(log, "margin", 10)] == [0.2]
+    assert [r.u for r in score_rows(log, "margin", 20, model="qwen")] == [0.3]
+    assert [r.u for r in score_rows(log, "margin", 20, source="chat")] == [0.7]
     since = datetime.now(timezone.utc) - timedelta(days=7)
-    assert [r.u for r in log.scores("margin", 20, since=since)] == [0.5, 0.7, 0.3]
-    assert [r.gate for r in log.scores("margin", 20, source="chat")] == ["entropy"]
-    assert len(log.scores("margin", 20, beta=2.0)) == 0
+    assert [r.u for r in score_rows(log, "margin", 20, since=since)] == [0.5, 0.7, 0.3]
+    assert [r.gate for r in score_rows(log, "margin", 20, source="chat")] == ["entropy"]
+    assert len(score_rows(log, "margin", 20, beta=2.0)) == 0
     with pytest.raises(
         ValueError, match="gate must be one of entropy, margin, variance; got 'never'"
     ):
-        log.scores("never", 20)
+        score_rows(log, "never", 20)
 
 
 def test_rows_newest_first(log):
@@ -353,6 +354,30 @@ def test_kill_9_mid_stream_keeps_every_committed_row(tmp_path):
     with DecisionLog(path) as log:  # and it is still writable
         log.record(answer(), source="chat")
         assert log.count() == len(stored) + 1
+
+
+def test_a_log_written_before_the_split_opens_unchanged(tmp_path):
+    """tests/data/decisions_v1.db was written by the one-module decision_log (commit 896a883) and
+    decisions_v1.json holds what that code read back; the split modules read the same."""
+    import dataclasses
+    import json
+    import shutil
+
+    data = REPO / "tests" / "data"
+    path = tmp_path / "decisions.db"
+    shutil.copy(data / "decisions_v1.db", path)
+    want = json.loads((data / "decisions_v1.json").read_text(encoding="utf-8"))
+    with DecisionLog(path) as old:
+        assert old.schema_version == SCHEMA_VERSION == 1
+        assert old.rows() == want["rows"]
+        assert [dataclasses.asdict(m) for m in old.messages("s1")] == want["messages"]
+        assert [dataclasses.asdict(s) for s in old.sessions()] == want["sessions"]
+        assert [dataclasses.asdict(r) for r in score_rows(old, "margin", 20)] == want["scores"]
+        # and it still takes writes of every kind
+        new_id = old.record(answer(), source="ask")
+        old.feedback(new_id, "wrong")
+        old.add_message("s1", "assistant", "again", new_id)
+        assert old.count() == len(want["rows"]) + 1
 
 
 def test_chat_turn_keeps_searched_query_and_history(log):

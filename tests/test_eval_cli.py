@@ -47,6 +47,7 @@ def test_eval_resumes_and_logs_decisions(tmp_path, small_index_dir):
     text = (out / "summary.md").read_text()
     assert "| Never |" in text and "Margin" in text and "Verdict" in text
 
+    from targ_mlx.calibration_rows import score_rows
     from targ_mlx.decision_log import DecisionLog
 
     log = DecisionLog(str(db))
@@ -55,4 +56,29 @@ def test_eval_resumes_and_logs_decisions(tmp_path, small_index_dir):
     row = rows[0]
     assert row["source"] == "eval" and row["u_margin"] is not None and row["em_never"] is not None
     assert row["em_always"] is not None and row["k"] == 5
-    assert len(log.scores("margin", 5, source="eval")) == 3
+    assert len(score_rows(log, "margin", 5, source="eval")) == 3
+
+
+@pytest.mark.slow
+def test_second_corpus_reuses_the_corpus_free_fields(tmp_path, small_index_dir, capsys):
+    """--reuse-records computes only retrieval, the Always answer and CRAG's grade; over the same
+    index it must reproduce the first pass's records exactly, and it refuses other settings."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    common = ["--data-file", NQ, "--index", str(small_index_dir), "--limit", "3", *TINY]
+    assert main([*common, "--output-dir", str(a)]) == 0
+    assert main([*common, "--output-dir", str(b), "--reuse-records", str(a)]) == 0
+    first = {r["id"]: r for r in map(json.loads, (a / "records.jsonl").read_text().splitlines())}
+    second = {r["id"]: r for r in map(json.loads, (b / "records.jsonl").read_text().splitlines())}
+    assert first.keys() == second.keys()
+    for q, r in first.items():
+        s = second[q]
+        assert s["cost"]["draft"] == r["cost"]["draft"]  # the draft was not run again (its seconds are reused)
+        assert s["always"] == r["always"] and s["probes"] == r["probes"]
+        assert s["always"]["hit"] in (0.0, 1.0)
+        assert {k: s[k] for k in ("draft", "samples", "never", "scores")} == {k: r[k] for k in ("draft", "samples", "never", "scores")}
+    cfg = json.loads((b / "config.json").read_text())
+    assert cfg["corpus_regime"] in ("clean", "seeded") and cfg["corpora"]
+    # settings that change the corpus-free fields are refused with the fix
+    assert main([*common, "--output-dir", str(tmp_path / "c"), "--reuse-records", str(a), "--max-tokens", "7"]) == 2
+    err = capsys.readouterr().err
+    assert "max_tokens" in err and "fix" in err

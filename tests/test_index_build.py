@@ -30,8 +30,9 @@ def test_small_index_holds_every_chunk_once(small_index_dir, small_index_corpus)
     r = open_retriever(small_index_dir)
     assert len(r) == len(expected)
     m = r.manifest
-    assert m["encoder"] == {"name": "sentence-transformers/all-MiniLM-L6-v2", "dims": 384,
-                            "query_prefix": "", "passage_prefix": ""}
+    enc = {k: v for k, v in m["encoder"].items() if k not in ("onnx_sha256", "runtime")}
+    assert enc == {"name": "sentence-transformers/all-MiniLM-L6-v2", "dims": 384,
+                   "query_prefix": "", "passage_prefix": "", "backend": m["build"]["backend"]}
     assert m["dtype"] == "f16" and m["metric"] == "ip"
     assert m["chunking"] == {"size": 1000, "overlap": 100, "min_size": 200}
     assert m["counts"]["articles"] == 150 and m["corpora"][0]["source"] == "small_pool.jsonl"
@@ -117,7 +118,7 @@ def test_reuse_takes_vectors_of_identical_chunks(tmp_path, small_index_dir, smal
     subset.write_text("".join(small_index_corpus.read_text().splitlines(keepends=True)[:30]))
     chunks = list(iter_chunks([str(subset)], ChunkParams()))
     enc = load_encoder()
-    source = VectorSource([small_index_dir], enc.name, enc.dims)
+    source = VectorSource([small_index_dir], enc.name, enc.dims, enc.backend)
     found = source.lookup(chunks)
     assert set(found) == {c.key for c in chunks}
     fresh = enc.encode_passages([c.title for c in chunks[:5]], [c.text for c in chunks[:5]])

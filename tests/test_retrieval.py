@@ -5,7 +5,8 @@ import json
 import pytest
 
 from targ_mlx.index import open_retriever
-from targ_mlx.retrieval import ExactRetriever, Passage, Retriever
+from targ_mlx.index.exact import ExactRetriever
+from targ_mlx.retrieval import Passage, Retriever
 
 
 @pytest.fixture(scope="module")

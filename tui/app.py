@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import threading
 import uuid
-from dataclasses import replace
-from pathlib import Path
 from typing import Callable, Iterable
 
 from textual import work
@@ -23,21 +21,19 @@ from textual.screen import Screen
 from textual.widgets import Footer, Label, ProgressBar, Static, TextArea
 
 from targ_mlx.assistant import Assistant
-from targ_mlx.config import Config, load_config, save_tau
+from targ_mlx.config import Config, load_config
 from targ_mlx.conversation import turns_from_messages
 from targ_mlx.decision_log import DecisionLog
 from tui import commands
 from tui.messages import AnswerDone, AnswerText, Loaded, LoadProgress
+from tui.slash import SlashCommands
+from tui.tau_note import tau_note
 from tui.widgets import ChatLog, DecisionInfo, DecisionPanel, MessageView, PromptArea, SourcesPanel, StatusBar
 
 # loader(progress) -> (assistant, index label, notice); progress(stage, done, total)
 Loader = Callable[[Callable[..., None]], "tuple[Assistant, str, str]"]
-KEYS = (("Enter", "send"), ("Ctrl+J / Alt+Enter", "new line"), ("Tab", "complete a /command"),
-        ("Esc", "stop the answer"), ("F2 / F3", "mark the answer correct / wrong"), ("F4", "copy the answer"),
-        ("Ctrl+N", "new chat"), ("Ctrl+P", "command palette"), ("Ctrl+Q", "quit"))
 
-
-class ChatApp(App):
+class ChatApp(SlashCommands, App):
     CSS_PATH = "app.tcss"
     TITLE = "targ-chat"
     BINDINGS = [
@@ -145,9 +141,8 @@ class ChatApp(App):
 
     def _use_assistant(self, assistant: Assistant) -> None:
         self.assistant = assistant
-        assistant.session, assistant.source = self.session, "chat"
-        if assistant.log is None:
-            assistant.log = self.decisions
+        assistant.attach(source="chat", session=self.session, log=self.decisions if assistant.log is None else None,
+                         config=self.config, config_path=self.config_path)
         self.query_one("#loading").add_class("-hidden")
         self._status()
 
@@ -159,22 +154,10 @@ class ChatApp(App):
         index = self.index_label or (a.index_id if a and a.index_id else "-")
         self.query_one(StatusBar).set_status(
             model=a.backbone.model_id if a else "loading", index=index, gate=s.gate if s else "-",
-            tau=s.threshold if s and s.gate in commands.GATES[:3] else None, k=s.k if s else 0,
+            tau=s.tau if s and s.scored else None, k=s.k if s else 0,
             retrieved=self.retrieved, answered=self.answered,
-            state=state or ("generating…" if self.generating else ""), tau_note=self._tau_note(),
+            state=state or ("generating…" if self.generating else ""), tau_note=tau_note(a, self.decisions),
             history_tokens=s.history_tokens if s else None)
-
-    def _tau_note(self) -> str:
-        """A warning while tau is the gate's placeholder for this model, with when to /recalibrate."""
-        a = self.assistant
-        if a is None or a.settings.gate not in commands.GATES[:3]:
-            return ""
-        model, s = a.backbone.model_id, a.settings
-        if self.config.tau_calibrated(model, s.gate) or s.threshold != self.config.tau_for(model, s.gate):
-            return ""  # calibrated, or set by the user (/tau, /budget, --tau)
-        n = len(self.decisions.scores(s.gate, s.k, model=model)) if self.decisions else 0
-        when = "now" if n >= commands.MIN_ROWS else f"after {commands.MIN_ROWS} answers ({n}/{commands.MIN_ROWS})"
-        return f"⚠ not calibrated for this model: /recalibrate {when}"
 
     # -- history -------------------------------------------------------------------------
 
@@ -200,7 +183,7 @@ class ChatApp(App):
             return
         self.session = uuid.uuid4().hex[:12]
         if self.assistant is not None:
-            self.assistant.session = self.session
+            self.assistant.attach(session=self.session)
         self.query_one(ChatLog).remove_children()
         self.answered = self.retrieved = 0
         self.query_one(DecisionPanel).show(None)
@@ -324,112 +307,6 @@ class ChatApp(App):
             return
         self.copy_to_clipboard(view.text)
         self.notify("answer copied")
-
-    # -- slash commands ------------------------------------------------------------------
-
-    def run_command(self, text: str) -> None:
-        try:
-            cmd = commands.parse(text)
-            getattr(self, f"_cmd_{cmd.name}")(cmd.value)
-        except (commands.CommandError, ValueError) as e:
-            self.notify(str(e), severity="error", timeout=8)
-        self._status()
-
-    def _settings(self, **changes) -> None:
-        if self.assistant is None:
-            raise commands.CommandError("the model is still loading; try again in a moment")
-        self.assistant.settings = replace(self.assistant.settings, **changes)
-
-    def _cmd_gate(self, gate: str) -> None:
-        tau = self.config.tau_for(self.assistant.backbone.model_id, gate) if gate in commands.GATES[:3] else None
-        self._settings(gate=gate, tau=tau)
-        self.notify(f"gate {gate}" + (f", τ {tau:.3f}" if tau is not None else ""))
-
-    def _cmd_tau(self, tau: float) -> None:
-        self._settings(tau=tau)
-        gate = self.assistant.settings.gate
-        extra = f" (gate {gate} ignores τ)" if gate not in commands.GATES[:3] else ""
-        self.notify(f"τ {tau:g}{extra}")
-
-    def _scores(self) -> list:
-        s = self.assistant.settings if self.assistant else None
-        if s is None or s.gate not in commands.GATES[:3]:
-            raise commands.CommandError("this gate has no threshold; choose /gate entropy, margin or variance first")
-        return self.decisions.scores(s.gate, s.k, model=self.assistant.backbone.model_id) if self.decisions else []
-
-    def _cmd_budget(self, rho: float) -> None:
-        tau = commands.budget_tau([r.u for r in self._scores()], rho)
-        self._settings(tau=tau)
-        self.notify(f"τ {tau:.4f} for a retrieval budget of {rho:g}")
-
-    def _cmd_k(self, k: int) -> None:
-        self._settings(k=k)
-        self.notify(f"draft length k = {k}")
-
-    def _cmd_recalibrate(self, rho: float | None) -> None:
-        tau, how = commands.fit_tau(self._scores(), rho)
-        self._settings(tau=tau)
-        s = self.assistant.settings
-        path = save_tau(self.assistant.backbone.model_id, s.gate, tau, self.config_path)
-        self.config = load_config(path)
-        self.notify(f"τ {tau:.4f} ({how}); saved to {path}", timeout=10)
-
-    def _cmd_model(self, spec: str) -> None:
-        if self.generating or self.assistant is None:
-            raise commands.CommandError("wait for the current answer or load to finish first")
-        self.reload_model(spec)
-
-    @work(thread=True, exclusive=True, group="load")
-    def reload_model(self, spec: str) -> None:
-        from targ_mlx.backbone import load_backbone
-
-        self.post_message(LoadProgress(f"loading model {spec}"))
-        try:
-            bb = load_backbone(spec)
-        except Exception as e:
-            self.call_from_thread(self.notify, f"could not load {spec}: {e}", severity="error", timeout=10)
-            self.call_from_thread(self._status)
-            return
-        self.call_from_thread(self._swap_model, bb)
-
-    def _swap_model(self, bb) -> None:
-        a = self.assistant
-        a.backbone = bb
-        gate = a.settings.gate
-        tau = self.config.tau_for(bb.model_id, gate) if gate in commands.GATES[:3] else None
-        a.settings = replace(a.settings, tau=tau)
-        self.notify(f"model {bb.model_id} loaded")
-        self._status()
-
-    def _cmd_index(self, folder: str) -> None:
-        from targ_mlx.index import open_retriever
-
-        if self.generating or self.assistant is None:
-            raise commands.CommandError("wait for the current answer or load to finish first")
-        try:
-            retriever = open_retriever(Path(folder).expanduser())
-        except Exception as e:
-            raise commands.CommandError(f"could not open index {folder}: {e}") from None
-        a = self.assistant
-        self.assistant = Assistant(a.backbone, retriever, a.settings, log=a.log, source="chat",
-                                   session=self.session, index_id=retriever.manifest_id)
-        self.index_label = Path(folder).name
-        self.notify(f"index {folder} opened ({len(retriever):,} vectors)")
-
-    def _cmd_export(self, target: str | None) -> None:
-        if self.decisions is None:
-            raise commands.CommandError("no decision log is open, so there is no transcript to export")
-        turns = [(m.role, m.text, self.decisions.get(m.decision_id) if m.decision_id else None)
-                 for m in self.decisions.messages(self.session)]
-        path = Path(target or f"targ-chat-{self.session}.md").expanduser()
-        path.write_text(commands.export_markdown(f"targ-chat {self.session}", turns), encoding="utf-8")
-        self.notify(f"chat exported to {path}")
-
-    def _cmd_new(self, _value) -> None:
-        self.action_new_chat()
-
-    def _cmd_help(self, _value) -> None:
-        self.query_one(ChatLog).add("system", commands.help_text(KEYS))
 
 
 def make_app(assistant_or_loader: Assistant | Loader, *, log: DecisionLog | None = None,

@@ -10,11 +10,13 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from targ_mlx.calibration import accuracy_threshold, budget_threshold, retrieval_rate
+from targ_mlx.defaults import GATES
 
-GATES = ("entropy", "margin", "variance", "never", "always")
-MIN_ROWS = 30  # same rule as `targ-calibrate`: fewer rows move tau by whole bins
-DEFAULT_BUDGET = 0.3  # /recalibrate's retrieval budget when no labelled rows exist
+
+# the app's keys, for /help
+KEYS = (("Enter", "send"), ("Ctrl+J / Alt+Enter", "new line"), ("Tab", "complete a /command"),
+        ("Esc", "stop the answer"), ("F2 / F3", "mark the answer correct / wrong"), ("F4", "copy the answer"),
+        ("Ctrl+N", "new chat"), ("Ctrl+P", "command palette"), ("Ctrl+Q", "quit"))
 
 # name -> (usage, help); the order is the order of /help and of the command palette
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -24,7 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "k": ("/k N", "draft length in tokens for the gate"),
     "recalibrate": ("/recalibrate [RHO]", "fit tau from the log: accuracy if labelled, else a budget"),
     "model": ("/model SPEC", "load another model (alias, .gguf path or mlx-lm repo id)"),
-    "index": ("/index DIR", "open another index folder"),
+    "index": ("/index [add] DIR", "open another index folder; with add, search it beside the open ones"),
     "export": ("/export [FILE]", "write this chat to Markdown"),
     "new": ("/new", "start a new chat"),
     "help": ("/help", "list commands and keys"),
@@ -124,36 +126,6 @@ def help_text(keys: Sequence[tuple[str, str]] = ()) -> str:
         lines.append("Keys:")
         lines += [f"  {key:<{width}}  {text}" for key, text in keys]
     return "\n".join(lines)
-
-
-def budget_tau(scores: Sequence[float], rho: float, min_rows: int = MIN_ROWS) -> float:
-    """tau = budget_threshold(scores, rho), refused below `min_rows` logged scores."""
-    if len(scores) < min_rows:
-        raise CommandError(f"only {len(scores)} logged answers with this gate, k and model (need {min_rows}); "
-                           "ask more questions first, or set /tau directly")
-    return budget_threshold(scores, rho)
-
-
-def fit_tau(rows: Sequence[Any], rho: float | None = None, min_rows: int = MIN_ROWS) -> tuple[float, str]:
-    """/recalibrate: accuracy objective over labelled rows when there are enough, else a budget.
-
-    Args:
-        rows: `ScoreRow`s from `DecisionLog.scores`.
-        rho: force the budget objective with this rate (default: accuracy if labelled).
-    Returns:
-        (tau, a one-line description of how it was fitted).
-    """
-    from targ_mlx.calibrate import labelled_rows
-
-    u = [r.u for r in rows]
-    labelled = labelled_rows(list(rows)) if rho is None else None
-    if labelled is not None and len(labelled.u) >= min_rows:
-        tau = accuracy_threshold(labelled.u, labelled.correct_never, labelled.correct_always)
-        rate = retrieval_rate(labelled.u, tau)
-        return tau, f"accuracy on {len(labelled.u)} labelled rows; retrieval rate {100 * rate:.0f}%"
-    rho = DEFAULT_BUDGET if rho is None else rho
-    tau = budget_tau(u, rho, min_rows)
-    return tau, f"budget rho={rho:g} over {len(u)} logged rows; retrieval rate {100 * retrieval_rate(u, tau):.0f}%"
 
 
 def export_markdown(title: str, turns: Sequence[tuple[str, str, dict | None]]) -> str:

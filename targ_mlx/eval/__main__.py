@@ -12,6 +12,9 @@ import uuid
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from targ_mlx import bind_openblas
+
+bind_openblas()  # an entry point: bind before the imports below load mlx.core
 from targ_mlx.eval.datasets import DATASETS, DEFAULT_LIMIT, dataset_name, load_hf, max_tokens_for, read_jsonl, sample
 from targ_mlx.eval.record import DEFAULT_CONTEXT_TOKENS, DEFAULT_K, RecordSettings
 from targ_mlx.eval.run import DEFAULT_BATCH, DEFAULT_LATENCY_SAMPLE
@@ -50,6 +53,10 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-plots", action="store_true", help="tables only")
     p.add_argument("--report-only", action="store_true", help="rebuild tables and plots from existing records; run no model")
     p.add_argument("--seed", type=int, default=0, help="sampling, splits and variance RNG seed (default 0)")
+    p.add_argument("--reuse-records", metavar="DIR",
+                   help="the same run over another corpus (its --output-dir): reuse each question's draft, samples, "
+                        "Never answer and corpus-free probes, and compute only retrieval, the Always answer and "
+                        "CRAG-lite's grade for this --index")
     p.add_argument("--db", help="also write every per-question decision to this decision-log file")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
@@ -124,9 +131,11 @@ def evaluate_dataset(name, items, args, out: Path, bb, retriever, log, session) 
             run_latency(bb, retriever, todo, {r["id"]: r["never"]["answer"] for r in rows}, s, out)
             lat_s[0] += time.perf_counter() - t1
 
+        reuse = _reusable(args.reuse_records, name, out, s, bb.model_id)
         records = run_records(bb, retriever, items, s, out, args.batch_size, _bar(f"{name} records", args.quiet),
                               log=log, log_k=args.k, session=session, index_id=getattr(retriever, "manifest_id", None),
-                              after_batch=time_some)
+                              after_batch=time_some, reuse=reuse)
+        _fill_hits(out, records, items, retriever, s.top_k)
         rec_s = time.perf_counter() - t0 - lat_s[0]
         new = len(records) - before
         run_info = {"records_new": new, "records_seconds": rec_s,
@@ -140,18 +149,83 @@ def evaluate_dataset(name, items, args, out: Path, bb, retriever, log, session) 
     latency = {r["id"]: r for r in read_jsonl(out / "latency.jsonl")}
     config = {"dataset": name, "n_items": len(items), "args": {k: v for k, v in vars(args).items()},
               "settings": asdict(s), "versions": _versions(), "model": bb.model_id if bb is not None else (args.model or "smollm2-135m"),
-              "index": str(args.index), "run": run_info,
+              "index": str(args.index), "run": run_info, **_corpus_info(retriever),
               "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
     prev = out / "config.json"
     if prev.is_file() and args.report_only:  # keep the settings the records were made with
         old = json.loads(prev.read_text())
-        config = {**old, "report_date": config["date"], "versions": config["versions"]}
+        config = {**_corpus_info_from(old), **old, "report_date": config["date"], "versions": config["versions"]}
     elif prev.is_file():
         old = json.loads(prev.read_text()).get("runs", [])
         config["runs"] = old + [run_info]
     prev.write_text(json.dumps(config, indent=2, default=str))
     return report.write_all(name, records, latency, out, k=args.k, seed=args.seed, n_boot=args.bootstrap,
-                            plots=not args.no_plots, config=config)
+                            plots=not args.no_plots, config=config, meta={it.id: it.meta for it in items})
+
+
+# settings that make two runs' corpus-free fields interchangeable (everything but the index)
+_SAME = ("k_max", "ks", "n_samples", "temperature", "beta", "max_tokens", "prompt_style", "seed", "baselines",
+         "top_k", "context_tokens", "crag_tokens")
+
+
+def _reusable(folder: str | None, name: str, out: Path, s: RecordSettings, model: str) -> dict[str, dict]:
+    """Records of the same run over another corpus, by question id (checked to be interchangeable)."""
+    if not folder:
+        return {}
+    from targ_mlx.eval.run import read_jsonl
+
+    root = Path(folder)
+    src = root / name if (root / name / "records.jsonl").is_file() else root
+    if src.resolve() == out.resolve() or not (src / "records.jsonl").is_file():
+        return {}
+    cfg = json.loads((src / "config.json").read_text()) if (src / "config.json").is_file() else {}
+    theirs, ours = cfg.get("settings", {}), asdict(s)
+    diff = [f"{k}={theirs.get(k)!r} (here {ours[k]!r})" for k in _SAME if k in theirs and
+            (list(theirs[k]) if isinstance(theirs[k], list) else theirs[k]) != (list(ours[k]) if isinstance(ours[k], tuple) else ours[k])]
+    if cfg.get("model") not in (None, model):
+        diff.insert(0, f"model={cfg.get('model')!r} (here {model!r})")
+    if diff:
+        raise ValueError(f"--reuse-records {src}: made with other settings: {', '.join(diff)}; "
+                         "fix: give the same settings, or drop --reuse-records")
+    return {r["id"]: r for r in read_jsonl(src / "records.jsonl")}
+
+
+def _fill_hits(out: Path, records: list[dict], items, retriever, top_k: int) -> None:
+    """Records written before answer hit@K was recorded get it from a search of the same index (no model)."""
+    from targ_mlx.eval.metrics import contains
+    from targ_mlx.eval.run import RECORDS
+
+    todo = [r for r in records if "hit" not in r["always"]]
+    if not todo:
+        return
+    answers = {it.id: it.answers for it in items}
+    found = retriever.search_batch([r["question"].strip() for r in todo], top_k)
+    for r, hits in zip(todo, found):
+        r["always"]["hit"] = contains(" ".join(h.text for h in hits), answers.get(r["id"], r["answers"]))
+    text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+    tmp = out / (RECORDS + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(out / RECORDS)
+
+
+def _corpus_info(retriever) -> dict:
+    from targ_mlx.eval.report import corpus_regime
+
+    corpora = list(getattr(retriever, "manifest", {}).get("build", {}).get("corpora", [])) if retriever else []
+    return {"corpora": corpora, "corpus_regime": corpus_regime(corpora)} if corpora else {}
+
+
+def _corpus_info_from(cfg: dict) -> dict:
+    """Older configs name only the index folder: read its manifest if it is still there."""
+    if "corpus_regime" in cfg:
+        return {}
+    man = Path(str(cfg.get("index", "")), "manifest.json")
+    if man.is_file():
+        from targ_mlx.eval.report import corpus_regime
+
+        corpora = json.loads(man.read_text()).get("build", {}).get("corpora", [])
+        return {"corpora": corpora, "corpus_regime": corpus_regime(corpora)}
+    return {}
 
 
 def run(args) -> int:
@@ -181,7 +255,9 @@ def run(args) -> int:
 
         text = report.transfer_table(summaries, k=args.k)
         (root / "transfer.md").write_text(text, encoding="utf-8")
-        print(text)
+        overview = report.overview_table(summaries)
+        (root / "overview.md").write_text(overview, encoding="utf-8")
+        print(text + "\n" + overview)
     return 0
 
 

@@ -11,11 +11,12 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from targ_mlx.defaults import DEFAULT_MAX_TOKENS
+
 DATASETS = ("nq_open", "triviaqa", "popqa", "musique", "asqa")
 DEFAULT_LIMIT = 500
 # Generation caps per dataset (the paper: 50 tokens for multi-hop MuSiQue, 32 otherwise).
 MAX_TOKENS = {"musique": 50}
-DEFAULT_MAX_TOKENS = 32
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
-from targ_mlx import prompts
+from targ_mlx import pipeline
 from targ_mlx.backbone import Backbone
 from targ_mlx.draft import continue_greedy, draft, generate
 from targ_mlx.eval import probes
@@ -47,7 +47,7 @@ def _prefill_s(bb: Backbone, ids: list[int]) -> float:
 def time_question(bb: Backbone, retriever, item: QAItem, never_answer: str, s: RecordSettings) -> LatencySample:
     tok = bb.tokenizer
     q = item.question.strip()
-    ids = tok.chat_ids(prompts.messages(q, None, s.prompt_style))
+    ids = pipeline.prompt_ids(bb, q, s.prompt_style)
     k = min(LATENCY_K, s.k_max)
     _, pre, dec = generate(bb, ids, s.max_tokens)
     never = pre + dec
@@ -57,14 +57,9 @@ def time_question(bb: Backbone, retriever, item: QAItem, never_answer: str, s: R
     dv = draft(bb, ids, k, s.n_samples, s.temperature, s.seed)
     t_dv = dv.prefill_s + dv.decode_s
     _, t_cv = continue_greedy(bb, dv, s.max_tokens - len(dv.tokens))
-    t0 = time.perf_counter()
-    hits = retriever.search(q, s.top_k)
-    base = len(tok.chat_ids(prompts.messages(q, " ", s.prompt_style)))
-    packed = prompts.pack_context(hits, min(s.context_tokens, bb.context_length - base - s.max_tokens),
-                                  tok.encode, tok.decode)
-    t_ret = time.perf_counter() - t0
-    _, pre, dec = generate(bb, tok.chat_ids(prompts.messages(q, packed.text or None, s.prompt_style)), s.max_tokens)
-    head = tok.decode(tok.encode(packed.text)[: s.crag_tokens]) if packed.text else "(no passages)"
+    packed, t_ret, _ = pipeline.retrieve(bb, retriever, q, s)
+    _, pre, dec = pipeline.generate_with_context(bb, q, packed, s)
+    head = probes.crag_head(tok, packed.text, s.crag_tokens)
     return LatencySample(
         id=item.id, never=never, draft=t_d, skip=t_d + t_c, draft_var=t_dv, skip_var=t_dv + t_cv,
         retrieval=t_ret, rag=pre + dec,

@@ -30,6 +30,11 @@ def crag_grade(question: str, context: str) -> list[dict]:
                                         "Do these passages contain the answer to the question? Yes or No?"}]
 
 
+def crag_head(tokenizer, context: str, n_tokens: int) -> str:
+    """What the CRAG-lite evaluator grades: the first n tokens of the packed context."""
+    return tokenizer.decode(tokenizer.encode(context)[:n_tokens]) if context else "(no passages)"
+
+
 def yes_no_ids(tokenizer) -> tuple[list[int], list[int]]:
     """First token ids of the spellings of yes and no (with and without a leading space)."""
     def first(words):

@@ -13,30 +13,44 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
-from targ_mlx import batch, gates, prompts
+from targ_mlx import batch, pipeline
 from targ_mlx.backbone import Backbone
+from targ_mlx.defaults import (  # noqa: F401  (DEFAULT_K: the eval CLI's default k)
+    DEFAULT_BETA,
+    DEFAULT_K,
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_N_SAMPLES,
+    DEFAULT_TEMPERATURE,
+    DEFAULT_TOP_K,
+    SCORED_GATES,
+)
 from targ_mlx.eval import probes
 from targ_mlx.eval.datasets import QAItem
-from targ_mlx.eval.metrics import score_all
+from targ_mlx.eval.metrics import contains, score_all
+from targ_mlx.records import Answer, Latency, TokenCounts
 
-KS = (5, 10, 20, 30, 40)
-DEFAULT_K = 20
+# Where the eval's protocol departs from the assistant's defaults (targ_mlx.defaults), and why:
+KS = (5, 10, 20, 30, 40)  # the paper sweeps the draft length k; one pass records up to k_max
+K_MAX = 40
 DEFAULT_CONTEXT_TOKENS = 512  # L_ctx for eval: half the assistant's 1024, for throughput
+EVAL_PROMPT = "short"  # few-shot short answers: with the paper's prompt SmolLM2's EM is 0
 CRAG_CONTEXT_TOKENS = 256  # the CRAG-lite evaluator grades the head of the packed context
 
 
 @dataclass(frozen=True)
 class RecordSettings:
-    k_max: int = 40
+    """The eval's settings: the assistant's defaults except the protocol values above."""
+
+    k_max: int = K_MAX
     ks: tuple[int, ...] = KS
-    n_samples: int = 5
-    temperature: float = 0.7
-    beta: float = gates.DEFAULT_BETA
-    top_k: int = 5
+    n_samples: int = DEFAULT_N_SAMPLES
+    temperature: float = DEFAULT_TEMPERATURE
+    beta: float = DEFAULT_BETA
+    top_k: int = DEFAULT_TOP_K
     context_tokens: int = DEFAULT_CONTEXT_TOKENS
     crag_tokens: int = CRAG_CONTEXT_TOKENS
-    max_tokens: int = 32
-    prompt_style: str = "short"
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    prompt_style: str = EVAL_PROMPT
     seed: int = 0
     baselines: bool = True
 
@@ -64,22 +78,60 @@ class QuestionRecord:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def never_answer(self, model: str, k: int, s: RecordSettings) -> Answer:
+        """The answer this pass gave as the decision log keeps answers: the greedy (Never) branch
+        it decoded, with every score its draft gave at prefix length k, its token counts and its
+        share of the batch's draft time. No gate decided it, hence gate "never" (tau +inf)."""
+        scores = {g: self.scores[g][str(k)] for g in SCORED_GATES if str(k) in self.scores[g]}
+        return Answer(question=self.question, answer=self.never["answer"], model=model, gate="never",
+                      tau=float("inf"), score=None, retrieved=False, k=k, beta=s.beta, n_samples=s.n_samples,
+                      temperature=s.temperature, scores=scores,
+                      tokens=TokenCounts(prompt=self.tok_prompt, draft=min(len(self.draft), k),
+                                         output=self.never["tok_out"], samples=sum(len(x[:k]) for x in self.samples)),
+                      latency=Latency(draft=self.cost.get("draft", 0.0), total=self.cost.get("draft", 0.0)))
+
 
 def gate_scores(entropies: Sequence[float], gaps: Sequence[float], samples: Sequence[Sequence[int]],
                 ks: Sequence[int], beta: float) -> dict:
-    out: dict = {"entropy": {}, "margin": {}, "variance": {}}
+    """`{gate: {str(k): U}}`: the assistant's scoring (`pipeline.score_draft`) at every k."""
+    out: dict = {g: {} for g in SCORED_GATES}
     for k in ks:
-        if entropies:
-            out["entropy"][str(k)] = gates.entropy_score(entropies[:k])
-            out["margin"][str(k)] = gates.margin_score(gaps[:k], beta)
-        if samples:
-            out["variance"][str(k)] = gates.variance_score([s[:k] for s in samples], k)
+        for g, u in pipeline.score_draft(entropies, gaps, samples, k, beta).items():
+            out[g][str(k)] = u
     return out
 
 
-def _text(bb: Backbone, toks: Sequence[int], cap: int) -> tuple[str, int]:
-    ids = [t for t in toks[:cap] if t not in bb.tokenizer.eos_ids]
-    return bb.tokenizer.decode(ids).strip(), len(ids)
+def _context_part(bb: Backbone, items: Sequence[QAItem], found: Sequence[Sequence], s: RecordSettings,
+                  cost: dict) -> tuple[list[dict], list[float | None]]:
+    """Everything that depends on the corpus: the packed top-K passages, the Always answer from
+    B(q)+C, whether an answer string is in the retrieved passages (hit@K), and CRAG-lite's grade
+    of the context. The draft, the samples, the Never answer and the other probes do not."""
+    tok = bb.tokenizer
+    qs = [it.question.strip() for it in items]
+    t0 = time.perf_counter()
+    packed = [pipeline.pack(bb, q, hits, s) for q, hits in zip(qs, found)]
+    cost["retrieval"] = cost.get("retrieval", 0.0) + time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    rag_ids = [pipeline.prompt_ids(bb, q, s.prompt_style, p.text or None) for q, p in zip(qs, packed)]
+    always = batch.greedy_batch(bb, rag_ids, s.max_tokens)
+    cost["always"] = time.perf_counter() - t0
+
+    p_rel: list[float | None] = [None] * len(items)
+    if s.baselines:
+        t0 = time.perf_counter()
+        yes, no = probes.yes_no_ids(tok)
+        heads = [probes.crag_head(tok, p.text, s.crag_tokens) for p in packed]
+        p_rel = probes.p_yes(batch.last_logprobs(bb, [tok.chat_ids(probes.crag_grade(q, h)) for q, h in zip(qs, heads)]),
+                             yes, no)
+        cost["probes"] = cost.get("probes", 0.0) + time.perf_counter() - t0
+    branches = []
+    for it, p, toks, hits in zip(items, packed, always.tokens, found):
+        a_ans, a_len = pipeline.answer_text(bb, toks, s.max_tokens)
+        branches.append({"answer": a_ans, **score_all(a_ans, it.answers), "tok_out": a_len, "tok_ctx": p.tokens,
+                         "passages": [[x.key, x.title, round(x.score, 4)] for x in p.passages],
+                         "hit": contains(" ".join(h.text for h in hits), it.answers)})
+    return branches, p_rel
 
 
 def record_batch(bb: Backbone, retriever, items: Sequence[QAItem], s: RecordSettings, batch_no: int = 0,
@@ -91,29 +143,20 @@ def record_batch(bb: Backbone, retriever, items: Sequence[QAItem], s: RecordSett
     tok = bb.tokenizer
     qs = [it.question.strip() for it in items]
     cost = dict(retrieval=0.0, draft=0.0, always=0.0, probes=0.0)
-
-    t0 = time.perf_counter()
     if found is None:
+        t0 = time.perf_counter()
         found = retriever.search_batch(qs, s.top_k)
-    packed = []
-    for q, hits in zip(qs, found):
-        base = len(tok.chat_ids(prompts.messages(q, " ", s.prompt_style)))
-        room = max(0, bb.context_length - base - s.max_tokens)
-        packed.append(prompts.pack_context(hits, min(s.context_tokens, room), tok.encode, tok.decode))
-    cost["retrieval"] = time.perf_counter() - t0
+        cost["retrieval"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    base_ids = [tok.chat_ids(prompts.messages(q, None, s.prompt_style)) for q in qs]
+    base_ids = [pipeline.prompt_ids(bb, q, s.prompt_style) for q in qs]
     greedy, samples = batch.draft_batch(bb, base_ids, s.k_max, s.n_samples, max(s.k_max, s.max_tokens),
                                         s.temperature, seed=s.seed * 1_000_003 + batch_no)
     cost["draft"] = time.perf_counter() - t0
 
-    t0 = time.perf_counter()
-    rag_ids = [tok.chat_ids(prompts.messages(q, p.text or None, s.prompt_style)) for q, p in zip(qs, packed)]
-    always = batch.greedy_batch(bb, rag_ids, s.max_tokens)
-    cost["always"] = time.perf_counter() - t0
+    always, p_rel = _context_part(bb, items, found, s, cost)
 
-    never_text = [_text(bb, g, s.max_tokens) for g in greedy.tokens]
+    never_text = [pipeline.answer_text(bb, g, s.max_tokens) for g in greedy.tokens]
     probe_vals: list[dict] = [{} for _ in items]
     if s.baselines:
         t0 = time.perf_counter()
@@ -121,11 +164,8 @@ def record_batch(bb: Backbone, retriever, items: Sequence[QAItem], s: RecordSett
         p_need = probes.p_yes(batch.last_logprobs(bb, [tok.chat_ids(probes.self_eval(q)) for q in qs]), yes, no)
         p_sup = probes.p_yes(batch.last_logprobs(
             bb, [tok.chat_ids(probes.self_check(q, a)) for q, (a, _) in zip(qs, never_text)]), yes, no)
-        heads = [tok.decode(tok.encode(p.text)[: s.crag_tokens]) if p.text else "(no passages)" for p in packed]
-        p_rel = probes.p_yes(batch.last_logprobs(bb, [tok.chat_ids(probes.crag_grade(q, h)) for q, h in zip(qs, heads)]),
-                             yes, no)
         probe_vals = [{"p_need": a, "p_supported": b, "p_relevant": c} for a, b, c in zip(p_need, p_sup, p_rel)]
-        cost["probes"] = time.perf_counter() - t0
+        cost["probes"] += time.perf_counter() - t0
 
     share = {name: sec / len(items) for name, sec in cost.items()}
     out = []
@@ -133,15 +173,28 @@ def record_batch(bb: Backbone, retriever, items: Sequence[QAItem], s: RecordSett
         k_steps = min(len(greedy.entropies[i]), s.k_max)
         ents, gaps_, lps = greedy.entropies[i][:k_steps], greedy.gaps[i][:k_steps], greedy.logprobs[i]
         n_ans, n_len = never_text[i]
-        a_ans, a_len = _text(bb, always.tokens[i], s.max_tokens)
-        p = packed[i]
         out.append(QuestionRecord(
             id=it.id, question=it.question, answers=list(it.answers), tok_prompt=len(base_ids[i]),
             draft=greedy.tokens[i], entropies=ents, gaps=gaps_, logprobs=lps[: min(len(lps), s.max_tokens)],
             samples=samples[i], scores=gate_scores(ents, gaps_, samples[i], s.ks, s.beta),
             never={"answer": n_ans, **score_all(n_ans, it.answers), "tok_out": n_len},
-            always={"answer": a_ans, **score_all(a_ans, it.answers), "tok_out": a_len, "tok_ctx": p.tokens,
-                    "passages": [[x.key, x.title, round(x.score, 4)] for x in p.passages]},
-            probes=probe_vals[i], cost=share, batch=batch_no,
+            always=always[i], probes=probe_vals[i], cost=share, batch=batch_no,
         ))
+    return out
+
+
+def rerecord_batch(bb: Backbone, items: Sequence[QAItem], base: Sequence[dict], s: RecordSettings,
+                   found: Sequence[Sequence]) -> list[dict]:
+    """The same questions over another corpus: `base` records (same model and settings, another
+    index) keep their draft, samples, Never answer and corpus-free probes; only the retrieval, the
+    Always answer, hit@K and CRAG-lite's grade are computed again, so it costs those stages only."""
+    cost: dict = {}
+    always, p_rel = _context_part(bb, items, found, s, cost)
+    out = []
+    for r, a, pr in zip(base, always, p_rel):
+        probes_ = {**r.get("probes", {}), **({"p_relevant": pr} if pr is not None else {})}
+        # stages run here are timed here; the draft and the probes keep the base run's seconds
+        # (its CRAG probe graded a context of the same token budget)
+        share = {**r.get("cost", {}), "retrieval": cost["retrieval"] / len(items), "always": cost["always"] / len(items)}
+        out.append({**r, "always": a, "probes": probes_, "cost": share})
     return out

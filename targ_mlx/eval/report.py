@@ -1,6 +1,7 @@
-"""Tables from records: summary.md / summary.csv in the paper's Table 1 layout, baselines,
-bootstrap CIs, budget calibration on a dev/test split, quadrants, k ablation, U deciles, and
-cross-dataset tau transfer. Numbers in, text out; plots are in plots.py.
+"""Rendering: summary.md / summary.csv / points.csv from the numbers `analysis.py` computes
+(verdicts against Never, Always and a random gate, controls, AUROCs, matched-budget baselines,
+calibration, quadrants, k ablation and slices, re-check, U deciles) and the cross-dataset tau
+transfer. Numbers in, text out; figures are plots.py's.
 """
 
 from __future__ import annotations
@@ -12,13 +13,13 @@ from typing import Sequence
 
 import numpy as np
 
+from targ_mlx.eval import analysis as an
 from targ_mlx.eval import baselines as bl
 from targ_mlx.eval import sweep
 from targ_mlx.eval.metrics import bootstrap_ci
 from targ_mlx.eval.sweep import Point, Signals
 from targ_mlx.gates import SCORED_GATES
 
-BUDGET = (0.05, 0.30)
 NAMES = {"never": "Never", "always": "Always", "entropy": "Entropy", "margin": "Margin", "variance": "Variance",
          **bl.LABELS}
 CSV_FIELDS = ("method", "k", "tau", "em", "f1", "acc", "rate", "dlat", "tok_draft", "tok_ctx", "tok_out", "tokens",
@@ -54,165 +55,269 @@ def _ci_line(label: str, v: np.ndarray, n_boot: int, seed: int) -> str:
     return f"| {label} | {_pct(est)} | [{_pct(lo)}, {_pct(hi)}] |"
 
 
-def _diff_line(label: str, a: np.ndarray, b: np.ndarray, n_boot: int, seed: int) -> tuple[str, tuple]:
-    est, lo, hi = sweep.paired_ci(a, b, n_boot, seed)
-    return f"| {label} | {100 * est:+.1f} | [{100 * lo:+.1f}, {100 * hi:+.1f}] |", (est, lo, hi)
+SELECTED_SOURCES = ("dpr_wiki18_via_searchr1_traces", "nq_open_gold_lost_in_the_middle")
 
 
-def verdict(vs_never: tuple, vs_always: tuple, metric: str = "EM") -> str:
-    (en, ln, _), (ea, la, _) = vs_never, vs_always
-    if ln > 0 and la > 0:
-        return "YES: it beats both Never and Always (both paired 95% CIs exclude 0)"
-    if en > 0 and ea > 0:
-        return f"NOT SHOWN: its {metric} is above both Never and Always, but a paired 95% CI includes 0"
-    worse = [n for n, e in (("Never", en), ("Always", ea)) if e <= 0]
-    return f"NO: its {metric} is not above {' and '.join(worse)}"
+def corpus_regime(corpora: Sequence[str]) -> str:
+    """'seeded' when an index holds the wiki_pool parts selected per evaluated question, else 'clean'."""
+    for c in corpora:
+        path, _, query = str(c).partition("?")
+        if Path(path).name == "wiki_pool.jsonl":
+            picked = query.partition("=")[2].split(",") if query else SELECTED_SOURCES
+            if any(sp in picked for sp in SELECTED_SOURCES):
+                return "seeded"
+    return "clean"
 
 
-METRICS = (("em", "EM"), ("acc", "accuracy"))  # accuracy: a gold answer contained (PopQA's metric)
+REGIME_TEXT = {"seeded": "**seeded** — includes passages selected for the evaluated questions (an oracle-like "
+                         "retrieval regime)",
+               "clean": "**clean** — no passages selected per evaluated question"}
 
 
-def _best_calibrated(cal, key: str):
-    """The budget with the best dev score on metric `key` (the smaller budget on ties)."""
-    return max(cal, key=lambda c: (getattr(c, f"dev_{key}"), -c.rho))
+def _ci(ci) -> str:
+    est, lo, hi = ci
+    return f"{100 * est:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]"
 
 
-def _calibrated_verdict(cal, t_sig, k: int, n_boot: int, seed: int) -> list[str]:
-    """Per metric: ρ chosen on dev by that metric, paired CIs against Never and Always on test."""
-    lines = []
-    for key, label in METRICS:
-        best_c = _best_calibrated(cal, key)
-        gated = sweep.correct_vector(t_sig, t_sig.u["margin"][k] > best_c.tau, key)
-        l1, vn = _diff_line("Margin − Never", gated, t_sig.never[key], n_boot, seed)
-        l2, va = _diff_line("Margin − Always", gated, t_sig.always[key], n_boot, seed)
-        lines += [f"**Budget-calibrated margin gate, {label}** (ρ = {best_c.rho:g} chosen by dev {label}, "
-                  f"τ = {best_c.tau:.3g}, k = {k}) on the test split: {label} {_pct(float(gated.mean()))}% at retrieval rate "
-                  f"{best_c.test.rate:.3f}; Never {_pct(float(t_sig.never[key].mean()))}%, "
-                  f"Always {_pct(float(t_sig.always[key].mean()))}%.", "",
-                  f"| Paired difference (test split) | {label} points | 95% CI |", "|---|---|---|", l1, l2, "",
-                  f"Verdict ({label}): {verdict(vn, va, label)}.", ""]
-    return lines
+def _auc(ci) -> str:
+    est, lo, hi = ci
+    return "-" if not np.isfinite(est) else f"{est:.2f} [{lo:.2f}, {hi:.2f}]"
 
 
-def write_all(name: str, records: Sequence[dict], latency: dict, out: Path, k: int = 20, seed: int = 0,
-              n_boot: int = 1000, plots: bool = True, config: dict | None = None) -> dict:
-    out = Path(out)
-    sig = Signals(records, latency)
-    if sig.n == 0:
-        (out / "summary.md").write_text(f"# {name}: no records yet\n", encoding="utf-8")
-        return {"signals": sig}
-    if k not in sig.ks:
-        k = min(sig.ks, key=lambda x: abs(x - k))
-    points = sweep.gate_points(sig)
-    never, always = sweep.never_point(sig), sweep.always_point(sig)
-    dev, test = sweep.split(sig.n, seed)
-    skr_score = None
-    vecs = _question_vectors(records, config)
-    if vecs is not None and len(dev) and len(test):
-        skr_score = np.full(sig.n, np.nan)
-        skr_score[test] = bl.skr_scores(vecs[dev], sig.delta[dev], vecs[test])
-    base_points = bl.baseline_points(sig, None, have_probes=True)
-    if skr_score is not None:
-        t_sig = sig.subset(test)
-        base_points += [Point(**{**p.__dict__, "method": "skr"}) for p in
-                        (bl.skr(t_sig, skr_score[test], th) for th in bl.THETAS["skr"])]
-    chosen = {g: sweep.best_at_budget(points, g, k, *BUDGET) for g in SCORED_GATES}
-    lines = [f"# {name}: TARG evaluation", ""]
-    cfg = config or {}
-    st = cfg.get("settings", {})
-    run = cfg.get("run", {})
-    lines += [f"n = {sig.n} questions; model {cfg.get('model', '?')}; index `{cfg.get('index', '?')}`; "
-              f"prompt `{st.get('prompt_style', '?')}`; top-K {st.get('top_k', '?')}, L_ctx {st.get('context_tokens', '?')} "
-              f"tokens; max tokens {st.get('max_tokens', '?')}; k = {k} in the table; "
-              f"latency timed at batch 1 on {len(sig.lat_rows)} questions.", ""]
+def _verdict_lines(v: an.Verdict) -> list[str]:
+    lab = an.LABEL[v.metric]
+    a = v.answers()
+    return [f"**Budget-calibrated margin gate, {lab}** (ρ = {v.rho:g} chosen by dev {lab}; τ = {v.tau:.4g} from the "
+            f"dev split by the one budget rule; k = {v.k}), on the test split (n = {v.n}): {lab} {_pct(v.gate)}% at "
+            f"retrieval rate {v.rate:.3f}. Never {_pct(v.never)}%, Always {_pct(v.always)}%, a random gate at the same "
+            f"rate {_pct(v.random.expected)}% (95% band {_pct(v.random.lo)}–{_pct(v.random.hi)}; P(random ≥ gate) = "
+            f"{v.random.p_at_least:.2f}), the oracle at the same rate {_pct(v.oracle)}%.", "",
+            f"| Paired difference (test split) | {lab} points [95% CI] | answer |", "|---|---|---|",
+            f"| gate − Never | {_ci(v.vs_never)} | beats Never: {a['never']} |",
+            f"| gate − Always | {_ci(v.vs_always)} | beats Always: {a['always']} |",
+            f"| gate − random at the same rate | {_ci(v.vs_random)} | beats random: {a['random']} |", ""]
+
+
+def render(name: str, sig: Signals, a: an.Analysis, points, never: Point, always: Point, base_points, cal,
+           dev, test, cfg: dict, n_boot: int, seed: int) -> str:
+    k, head = a.k, a.headline
+    st, run = cfg.get("settings", {}), cfg.get("run", {})
+    regime = cfg.get("corpus_regime")
+    other = "em" if head == "acc" else "acc"
+    lines = [f"# {name}: TARG evaluation", "",
+             f"n = {sig.n} questions; model {cfg.get('model', '?')}; index `{cfg.get('index', '?')}`"
+             + (f" ({REGIME_TEXT[regime]})" if regime else "") + f"; prompt `{st.get('prompt_style', '?')}`; "
+             f"top-K {st.get('top_k', '?')}, L_ctx {st.get('context_tokens', '?')} tokens; max tokens "
+             f"{st.get('max_tokens', '?')}; k = {k} in the tables; latency timed at batch 1 on {len(sig.lat_rows)} questions.",
+             ""]
+    if a.hit_at_k is not None:
+        lines += [f"Answer hit@{st.get('top_k', 5)} of the index (a gold answer string in the retrieved passages): "
+                  f"{100 * a.hit_at_k:.1f}% of questions.", ""]
+    em_max = max(float(sig.never["em"].mean()), float(sig.always["em"].mean()))
+    if head == "acc":
+        lines += [f"**Headline metric: accuracy** (a gold answer contained). EM is below {100 * an.UNINFORMATIVE:.0f}% "
+                  f"for both Never and Always ({100 * em_max:.1f}% at most: the model answers in sentences), so EM "
+                  "comparisons carry no information here; EM tables are kept for completeness.", ""]
+    else:
+        lines += ["**Headline metric: EM**; accuracy (a gold answer contained) is reported beside it.", ""]
     if run.get("questions_per_hour"):
         lines += [f"Record throughput: {run['questions_per_hour']:.0f} questions/hour "
                   f"({run['records_new']} new records in {run['records_seconds']:.0f} s).", ""]
-    stages = ("retrieval", "draft", "always", "probes")
-    per = {st_: float(np.mean([r.get("cost", {}).get(st_, 0.0) for r in records])) for st_ in stages}
-    tot = sum(per.values())
-    if tot > 0:
-        lines += [f"Record pass, batched, seconds per question by stage: " + ", ".join(f"{k_} {v:.2f}" for k_, v in per.items())
-                  + f"; total {tot:.2f} s/q = {3600 / tot:.0f} questions/hour of model time.", ""]
-    lines += ["## Table 1 layout (per gate: best EM at a retrieval rate in 5–30%)", "", HEADER, _row(never), _row(always)]
-    for g in SCORED_GATES:
-        p = chosen[g]
+    per = {s_: float(np.mean([r.get("cost", {}).get(s_, 0.0) for r in sig.records])) for s_ in
+           ("retrieval", "draft", "always", "probes")}
+    if sum(per.values()) > 0:
+        lines += ["Record pass, batched, seconds per question by stage: " + ", ".join(f"{k_} {v:.2f}" for k_, v in per.items())
+                  + f"; total {sum(per.values()):.2f} s/q.", ""]
+    lines += ["## Verdict: does the gate beat Never, Always, and a random gate at the same rate?", ""]
+    for m in (head, other):
+        lines += _verdict_lines(a.verdicts[m])
+    lines += _table1(a, never, always, head) + _table1(a, never, always, other)
+    lines += _matched(a, head) + _baselines(never, always, base_points)
+    lines += _auroc(a, head, n_boot)
+    lines += _calibration(cal, dev, test)
+    for m in (head, other):
+        lab = an.LABEL[m]
+        q = a.quadrants[m]
+        lines += [f"## Quadrants over (U, Δ{lab}) on the dev split (margin, k = {k}, τ of the {an.LABEL[head]} verdict; "
+                  "% of queries)", "",
+                  "| (a) Low U, Δ>0 | (b) High U, Δ<0 | (c) High U, Δ>0 | (d) Low U, Δ≤0 | (e) High U, Δ=0 |",
+                  "|---|---|---|---|---|",
+                  f"| {q['a']:.1f} | {q['b']:.1f} | {q['c']:.1f} | {q['d']:.1f} | {q['e']:.1f} |", ""]
+    lines += _k_tables(a, sig, head) + _k_tables(a, sig, other)
+    lines += _recheck(a, head)
+    lines += _variance_length(a)
+    lines += _cis(sig, a, n_boot, seed)
+    for m in (head, other):
+        lines += [f"## Never-RAG {an.LABEL[m]} by U decile (k = {k}; low U first)", "",
+                  "| Gate | " + " | ".join(f"D{i + 1}" for i in range(10)) + " |", "|---" * 11 + "|"]
+        for g, dec in a.deciles[m].items():
+            lines.append(f"| {NAMES[g]} | " + " | ".join(_pct(x) for _, _, x in dec) + " |")
+        lines += [""]
+    return "\n".join(lines)
+
+
+def _table1(a: an.Analysis, never: Point, always: Point, m: str) -> list[str]:
+    lab = an.LABEL[m]
+    lines = [f"## Table 1 layout, {lab}: per gate the best point at a 5–30% retrieval rate, beside random and oracle", "",
+             HEADER.replace("| tokens/q draft / ctx / out |", "| tokens/q draft / ctx / out | random at same rate "
+                            f"{lab} [95% band] | oracle at same rate |").replace("|---|---|---|---|---|---|---|",
+                                                                                 "|---|---|---|---|---|---|---|---|---|"),
+             _row(never) + " | |", _row(always) + " | |"]
+    for g, p, c in a.table1[m]:
         if p is None:
-            b = sweep.best_overall(points, g, k)
-            lines.append(_row(b, f"{NAMES[g]} (no point in budget; best overall)") if b else f"| {NAMES[g]} | - | - | - | - | - | - |")
+            lines.append(f"| {NAMES[g]} | no point in 5–30% | | | | | | | |")
         else:
-            lines.append(_row(p))
-    lines += ["", "Acc = a gold answer contained in the output (STR-EM for ASQA). Δ latency is added seconds "
-              "per query over Never-RAG at batch 1; the Never row shows its absolute latency.", ""]
-    lines += ["## Baselines (strict budget: <= 1 retrieval, <= 1 reflection per query)", "", HEADER, _row(never), _row(always)]
+            lines.append(_row(p) + f" {_pct(c.random.expected)} [{_pct(c.random.lo)}, {_pct(c.random.hi)}] | "
+                         f"{_pct(c.oracle)} |")
+    return lines + ["", f"Chosen by {lab} on all questions (an optimistic, in-sample choice: the verdict above uses a "
+                    "dev/test split). Acc = a gold answer contained. Δ latency is added seconds per query over "
+                    "Never-RAG at batch 1; the Never row shows its absolute latency.", ""]
+
+
+def _matched(a: an.Analysis, m: str) -> list[str]:
+    lab = an.LABEL[m]
+    rates = an.MATCHED_RATES
+    lines = [f"## Matched budgets, {lab} (test split): every method retrieves the top share of questions by its own "
+             "score", "", "| Method | " + " | ".join(f"rate {r:g}" for r in rates) + " |", "|---" * (len(rates) + 1) + "|"]
+    for row in a.matched[m]:
+        lines.append(f"| {row.name} | " + " | ".join(_pct(row.scores[r]) for r in rates) + " |")
+    return lines + ["", "Each baseline is swept over its own threshold (θ at the quantile of its score that gives the "
+                    "rate). Scores: Self-Eval P(yes) to \"do you need to look this up?\"; FLARE 1 − min token p of the "
+                    "Never answer; Self-RAG-lite 1 − P(the draft answer is supported); SKR the mean label (retrieval "
+                    "helped +1 / hurt −1) of the 10 nearest dev questions. CRAG-lite always retrieves (rate 1) and "
+                    "only decides whether to keep the context, so it has no row at a matched retrieval budget; it "
+                    "appears in the baselines table below.", ""]
+
+
+def _baselines(never: Point, always: Point, base_points) -> list[str]:
+    lines = ["## Baselines at their default θ (strict budget: ≤ 1 retrieval, ≤ 1 reflection per query)", "", HEADER,
+             _row(never), _row(always)]
     for p in bl.default_rows(base_points):
         label = f"{NAMES[p.method]} (θ={p.tau:g})" + (f", context used {p.used_ctx:.3f}" if p.used_ctx is not None else "")
         if p.method == "skr":
             label += f", test split n={p.n}"
         lines.append(_row(p, label))
-    if chosen["margin"] is not None:
-        lines.append(_row(chosen["margin"], "TARG-Margin"))
-    lines += [""]
-    # bootstrap CIs
-    for key, label in METRICS:
-        lines += [f"## Bootstrap 95% CIs of {label} ({n_boot} resamples over questions)", "",
-                  f"| Method | {label} (%) | 95% CI |", "|---|---|---|",
-                  _ci_line("Never", sig.never[key], n_boot, seed), _ci_line("Always", sig.always[key], n_boot, seed)]
-        for g in SCORED_GATES:
-            p = chosen[g]
-            if p is not None:
-                v = sweep.correct_vector(sig, sig.u[g][k] > p.tau, key)
-                lines.append(_ci_line(f"{NAMES[g]} k={k} τ={p.tau:.3g}", v, n_boot, seed))
-        lines += [""]
-    # budget calibration
-    lines += ["## Budget calibration (τ from the dev split's CDF of U, applied to the test split)", "",
-              f"dev n = {len(dev)}, test n = {len(test)} (seeded split, seed {seed}).", "",
-              "| Gate | ρ | τ | dev rate | dev EM / Acc (%) | test rate | test EM / F1 / Acc (%) | test Δ latency |",
-              "|---|---|---|---|---|---|---|---|"]
-    cal = {g: sweep.calibrate(sig, g, k, dev, test) for g in SCORED_GATES}
-    for g in SCORED_GATES:
-        for c in cal[g]:
-            lines.append(f"| {NAMES[g]} | {c.rho:g} | {c.tau:.3g} | {c.dev_rate:.3f} | {_pct(c.dev_em)} / {_pct(c.dev_acc)} | "
+    return lines + [""]
+
+
+def _auroc(a: an.Analysis, head: str, n_boot: int) -> list[str]:
+    lines = []
+    for m in (head, "em" if head == "acc" else "acc"):
+        lab = an.LABEL[m]
+        lines += [f"## AUROC of each score ({lab}; 95% bootstrap CI, {n_boot} resamples; 0.5 = chance)", "",
+                  f"| Score (higher = retrieve) | (a) Never answer wrong | (b) retrieval helps (Always right, Never wrong) |",
+                  "|---|---|---|"]
+        lines += [f"| {r.name} | {_auc(r.never_wrong)} | {_auc(r.helps)} |" for r in a.aurocs[m]]
+        lines += ["", f"- : fewer than {an.MIN_CLASS} questions in one class, no AUROC.", ""]
+    return lines
+
+
+def _calibration(cal, dev, test) -> list[str]:
+    lines = ["## Budget calibration (τ from the dev split by the one budget rule, applied to the test split)", "",
+             f"dev n = {len(dev)}, test n = {len(test)}. τ is `calibration.budget_threshold`, the rule `targ-calibrate "
+             "--budget` uses (exact, tie-aware).", "",
+             "| Gate | ρ | τ | dev rate | dev EM / Acc (%) | test rate | test EM / F1 / Acc (%) | test Δ latency |",
+             "|---|---|---|---|---|---|---|---|"]
+    for g, rows in cal.items():
+        for c in rows:
+            lines.append(f"| {NAMES[g]} | {c.rho:g} | {c.tau:.4g} | {c.dev_rate:.3f} | {_pct(c.dev_em)} / {_pct(c.dev_acc)} | "
                          f"{c.test.rate:.3f} | {_pct(c.test.em)} / {_pct(c.test.f1)} / {_pct(c.test.acc)} | "
                          f"{'-' if c.test.dlat is None else f'{c.test.dlat:+.3f}'} |")
-    t_sig = sig.subset(test)
-    lines += [""] + _calibrated_verdict(cal["margin"], t_sig, k, n_boot, seed)
-    best_c = _best_calibrated(cal["margin"], "em")
-    # quadrants on dev
-    tau_q = chosen["margin"].tau if chosen["margin"] is not None else best_c.tau
-    d_sig = sig.subset(dev)
-    q = sweep.quadrants(d_sig.u["margin"][k], d_sig.delta, tau_q)
-    lines += [f"## Quadrants over (U, Δ) on the dev split (margin, k = {k}, τ = {tau_q:.3g}; % of queries)", "",
-              "| (a) Low U, Δ>0 | (b) High U, Δ<0 | (c) High U, Δ>0 | (d) Low U, Δ≤0 | (e) High U, Δ=0 |", "|---|---|---|---|---|",
-              f"| {q['a']:.1f} | {q['b']:.1f} | {q['c']:.1f} | {q['d']:.1f} | {q['e']:.1f} |", ""]
-    # k ablation
-    taus = (0.1, 0.2, 0.3, 0.5)
-    lines += ["## Prefix-length ablation (margin): EM / F1 [retrieval rate] in %", "",
-              "| k | " + " | ".join(f"τ={t:g}" for t in taus) + " |", "|---" * (len(taus) + 1) + "|"]
-    for kk in sig.ks:
-        cells = [sweep.gate_point(sig, "margin", kk, t) for t in taus]
-        lines.append(f"| {kk} | " + " | ".join(f"{_pct(c.em)} / {_pct(c.f1)} [{_pct(c.rate)}]" for c in cells) + " |")
-    lines += ["", f"Mean greedy draft length: {sig.draft_len.mean():.1f} tokens (drafts stop at EOS, so larger k reads "
-              "no further on short answers).", ""]
-    # deciles
-    for key, label in METRICS:
-        lines += [f"## Never-RAG {label} by U decile (k = {k}; low U first)", "",
-                  "| Gate | " + " | ".join(f"D{i + 1}" for i in range(10)) + " |", "|---" * 11 + "|"]
-        for g in SCORED_GATES:
-            dec = sweep.deciles(sig.u[g][k], sig.never[key])
-            lines.append(f"| {NAMES[g]} | " + " | ".join(_pct(m) for _, _, m in dec) + " |")
+    return lines + [""]
+
+
+def _k_tables(a: an.Analysis, sig: Signals, m: str) -> list[str]:
+    lab = an.LABEL[m]
+    taus = an.PAPER_TAUS
+    lines = [f"## Prefix-length ablation (margin), {lab} [retrieval rate], the paper's τ grid", "",
+             "| k | " + " | ".join(f"τ={t:g}" for t in taus) + " |", "|---" * (len(taus) + 1) + "|"]
+    for kk, cells in a.k_grid[m].items():
+        lines.append(f"| {kk} | " + " | ".join(f"{_pct(c.score)} [{_pct(c.rate)}]" for c in cells) + " |")
+    rates = an.MATCHED_RATES
+    lines += ["", f"Same, with τ set per k to a retrieval budget (1-D slice: {lab} against k at a fixed budget):", "",
+              "| k | " + " | ".join(f"ρ={r:g}" for r in rates) + " |", "|---" * (len(rates) + 1) + "|"]
+    for kk, cells in a.k_at_budget[m].items():
+        lines.append(f"| {kk} | " + " | ".join(f"{_pct(c.score)} [{_pct(c.rate)}]" for c in cells) + " |")
+    return lines + ["", f"Mean greedy draft length: {sig.draft_len.mean():.1f} tokens (drafts stop at EOS, so larger k "
+                    "reads no further on short answers).", ""]
+
+
+def _recheck(a: an.Analysis, m: str) -> list[str]:
+    lab = an.LABEL[m]
+    lines = [f"## Dynamic re-check (every {an.RECHECK_EVERY} tokens) vs single-shot, margin, {lab} [retrieval rate]", "",
+             "| τ | single-shot (k = {0}) | re-check |".format(a.k), "|---|---|---|"]
+    for r in a.recheck[m]:
+        lines.append(f"| {r.tau:g} | {_pct(r.single.score)} [{_pct(r.single.rate)}] | {_pct(r.recheck.score)} "
+                     f"[{_pct(r.recheck.rate)}] |")
+    return lines + ["", "Read from the records: re-check retrieves iff U of the running greedy prefix exceeds τ at any "
+                    "checkpoint (10, 20, ... tokens, up to the recorded draft); a triggered answer is scored as the "
+                    "Always answer (the record has no mid-answer continuation with context).", ""]
+
+
+def _variance_length(a: an.Analysis) -> list[str]:
+    v = a.variance_length
+    if v is None:
+        return []
+    return ["## How much of U_var is answer length", "",
+            f"U_var counts a sample that stopped (EOS) as repeating a 'stopped' token to step k, and divides by k. "
+            f"{100 * v.share_short:.0f}% of greedy drafts end before k = {v.k} tokens. Spearman correlation of U_var "
+            f"with the draft's length: {v.spearman_len:+.2f}; AUROC of U_var for \"the draft ended before k\": "
+            f"{_auc(v.auroc_short)}.", ""]
+
+
+def _cis(sig: Signals, a: an.Analysis, n_boot: int, seed: int) -> list[str]:
+    lines = []
+    for m in (a.headline, "em" if a.headline == "acc" else "acc"):
+        lab = an.LABEL[m]
+        lines += [f"## Bootstrap 95% CIs of {lab} ({n_boot} resamples over questions)", "",
+                  f"| Method | {lab} (%) | 95% CI |", "|---|---|---|",
+                  _ci_line("Never", sig.never[m], n_boot, seed), _ci_line("Always", sig.always[m], n_boot, seed)]
+        for g, p, _ in a.table1[m]:
+            if p is not None:
+                v = sweep.correct_vector(sig, sig.u[g][a.k] > p.tau, m)
+                lines.append(_ci_line(f"{NAMES[g]} k={a.k} τ={p.tau:.3g}", v, n_boot, seed))
         lines += [""]
-    text = "\n".join(lines)
+    return lines
+
+
+def write_all(name: str, records: Sequence[dict], latency: dict, out: Path, k: int = 20, seed: int = 0,
+              n_boot: int = 1000, plots: bool = True, config: dict | None = None,
+              meta: dict[str, dict] | None = None) -> dict:
+    out = Path(out)
+    sig = Signals(records, latency, meta)
+    if sig.n == 0:
+        (out / "summary.md").write_text(f"# {name}: no records yet\n", encoding="utf-8")
+        return {"signals": sig}
+    if k not in sig.ks:
+        k = min(sig.ks, key=lambda x: abs(x - k))
+    cfg = config or {}
+    points = sweep.gate_points(sig)
+    never, always = sweep.never_point(sig), sweep.always_point(sig)
+    dev, test = sweep.split(sig.n, seed)
+    skr_test = None
+    vecs = _question_vectors(records, config)
+    if vecs is not None and len(dev) and len(test):
+        skr_test = bl.skr_scores(vecs[dev], sig.delta[dev], vecs[test])
+    base_points = bl.baseline_points(sig, None, have_probes=True)
+    if skr_test is not None:
+        t_sig = sig.subset(test)
+        base_points += [Point(**{**p.__dict__, "method": "skr"}) for p in
+                        (bl.skr(t_sig, skr_test, th) for th in bl.THETAS["skr"])]
+    beta = float(cfg.get("settings", {}).get("beta", 3.0))
+    a = an.analyse(sig, points, k, seed, n_boot, beta, skr_test, dev, test)
+    cal = {g: sweep.calibrate(sig, g, k, dev, test) for g in SCORED_GATES}
+    text = render(name, sig, a, points, never, always, base_points, cal, dev, test, cfg, n_boot, seed)
     (out / "summary.md").write_text(text, encoding="utf-8")
-    table = [never, always] + [p for p in chosen.values() if p is not None] + bl.default_rows(base_points)
-    _write_csv(out / "summary.csv", table)
+    chosen = [p for m in an.METRICS for _, p, _ in a.table1[m] if p is not None]
+    _write_csv(out / "summary.csv", [never, always] + chosen + bl.default_rows(base_points))
     _write_csv(out / "points.csv", [never, always] + points + base_points)
     if plots:
         from targ_mlx.eval import plots as pl
 
-        pl.write_all(sig, points, never, always, out, k)
-    best = sweep.best_overall(points, "margin", k)
-    return {"signals": sig, "best_margin_tau": None if best is None else best.tau, "k": k}
+        pl.write_all(sig, a, points, never, always, out)
+    best = {m: sweep.best_overall(points, "margin", k, metric=m) for m in an.METRICS}
+    return {"signals": sig, "best_margin_tau": {m: (None if b is None else b.tau) for m, b in best.items()}, "k": k,
+            "analysis": a}
 
 
 def _write_csv(path: Path, pts: Sequence[Point]) -> None:
@@ -228,11 +333,14 @@ def _question_vectors(records: Sequence[dict], config: dict | None) -> np.ndarra
     try:
         from targ_mlx.index import load_encoder
 
-        name = None
+        from targ_mlx.index.encoder import backend_of
+
+        name = backend = None
         index = (config or {}).get("index")
         if index and Path(index, "manifest.json").is_file():
-            name = json.loads(Path(index, "manifest.json").read_text())["encoder"]["name"]
-        return np.asarray(load_encoder(name).encode_queries([r["question"] for r in records]), dtype=np.float32)
+            manifest = json.loads(Path(index, "manifest.json").read_text())
+            name, backend = manifest["encoder"]["name"], backend_of(manifest)
+        return np.asarray(load_encoder(name, backend=backend).encode_queries([r["question"] for r in records]), dtype=np.float32)
     except Exception as e:  # SKR is optional: a missing encoder drops its rows, not the report
         import logging
 
@@ -241,18 +349,44 @@ def _question_vectors(records: Sequence[dict], config: dict | None) -> np.ndarra
 
 
 def transfer_table(summaries: dict[str, dict], k: int = 20) -> str:
-    """Cross-dataset tau transfer (margin gate): the best tau of each source applied to each target."""
-    lines = [f"# Cross-dataset τ transfer (margin, k = {k}; best-EM τ of the source applied zero-shot)", "",
-             "| Source → target | τ | Transferred EM (%) | Re-tuned EM (%) | Δ |", "|---|---|---|---|---|"]
-    for src, s in summaries.items():
-        if s.get("best_margin_tau") is None:
-            continue
-        for dst, d in summaries.items():
-            if dst == src or "signals" not in d or d["signals"].n == 0:
+    """Cross-dataset tau transfer (margin gate), per metric: each source's best tau applied to each target."""
+    lines = [f"# Cross-dataset τ transfer (margin, k = {k}; the source's best τ applied zero-shot)", ""]
+    for m in an.METRICS:
+        lab = an.LABEL[m]
+        lines += [f"## {lab}", "", f"| Source → target | τ | Transferred {lab} (%) | Re-tuned {lab} (%) | Δ |",
+                  "|---|---|---|---|---|"]
+        for src, s in summaries.items():
+            tau = (s.get("best_margin_tau") or {}).get(m)
+            if tau is None:
                 continue
-            sig, kk = d["signals"], d.get("k", k)
-            moved = sweep.gate_point(sig, "margin", kk, s["best_margin_tau"])
-            best = sweep.best_overall(sweep.gate_points(sig, ("margin",), (kk,)), "margin", kk)
-            lines.append(f"| {src} → {dst} | {s['best_margin_tau']:.3g} | {_pct(moved.em)} | {_pct(best.em)} | "
-                         f"{100 * (moved.em - best.em):+.1f} |")
+            for dst, d in summaries.items():
+                if dst == src or "signals" not in d or d["signals"].n == 0:
+                    continue
+                sig, kk = d["signals"], d.get("k", k)
+                moved = sweep.gate_point(sig, "margin", kk, tau)
+                best = sweep.best_overall(sweep.gate_points(sig, ("margin",), (kk,)), "margin", kk, metric=m)
+                lines.append(f"| {src} → {dst} | {tau:.3g} | {_pct(getattr(moved, m))} | {_pct(getattr(best, m))} | "
+                             f"{100 * (getattr(moved, m) - getattr(best, m)):+.1f} |")
+        lines += [""]
+    return "\n".join(lines)
+
+
+def overview_table(summaries: dict[str, dict]) -> str:
+    """One row per dataset: the budget-calibrated margin gate's verdict on the headline metric,
+    beside the random gate and the oracle at the same rate, its AUROCs and the index's hit@K."""
+    lines = ["# Overview: budget-calibrated margin gate (k = 20) per dataset, headline metric, test split", "",
+             "| dataset | metric | n test | Never | Always | gate @ rate | random @ rate [95% band] | oracle @ rate | "
+             "gate − Never [95% CI] | gate − Always | gate − random | P(random ≥ gate) | AUROC never wrong | "
+             "AUROC helps | hit@5 |", "|---" * 15 + "|"]
+    for name, s in summaries.items():
+        a = s.get("analysis")
+        if a is None:
+            continue
+        v = a.verdicts[a.headline]
+        row = next((r for r in a.aurocs[a.headline] if r.name == f"margin k={a.k}"), None)
+        lines.append(f"| {name} | {an.LABEL[a.headline]} | {v.n} | {_pct(v.never)} | {_pct(v.always)} | {_pct(v.gate)} @ "
+                     f"{v.rate:.2f} | {_pct(v.random.expected)} [{_pct(v.random.lo)}, {_pct(v.random.hi)}] | "
+                     f"{_pct(v.oracle)} | {_ci(v.vs_never)} | {_ci(v.vs_always)} | {_ci(v.vs_random)} | "
+                     f"{v.random.p_at_least:.2f} | {_auc(row.never_wrong) if row else '-'} | "
+                     f"{_auc(row.helps) if row else '-'} | {_pct(a.hit_at_k)} |")
     return "\n".join(lines) + "\n"

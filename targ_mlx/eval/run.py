@@ -17,8 +17,7 @@ from typing import Callable, Sequence
 
 from targ_mlx.eval.datasets import QAItem
 from targ_mlx.eval.latency import time_question
-from targ_mlx.eval.record import QuestionRecord, RecordSettings, record_batch
-from targ_mlx.records import Answer, TokenCounts
+from targ_mlx.eval.record import QuestionRecord, RecordSettings, record_batch, rerecord_batch
 
 logger = logging.getLogger(__name__)
 
@@ -54,19 +53,27 @@ def _repair(path: Path, rows: list[dict]) -> None:
         path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
 
 
+def _resume(path: Path) -> tuple[list[dict], set[str]]:
+    """The rows a JSONL file already holds (torn tail repaired) and their ids."""
+    have = read_jsonl(path)
+    _repair(path, have)
+    return have, {r["id"] for r in have}
+
+
 def run_records(bb, retriever, items: Sequence[QAItem], s: RecordSettings, out_dir: Path, batch_size: int = DEFAULT_BATCH,
                 progress: Callable[[int, int], None] | None = None, log=None, log_k: int = 20,
                 session: str | None = None, index_id: str | None = None,
-                after_batch: Callable[[list[dict]], None] | None = None) -> list[dict]:
+                after_batch: Callable[[list[dict]], None] | None = None,
+                reuse: dict[str, dict] | None = None) -> list[dict]:
     """Records for `items`, skipping ids already in out_dir/records.jsonl; returns all rows in item order.
 
     Batches are fixed slices of `items` (by position), so a resumed run forms the same batches
-    and the variance samples (seeded per batch) are reproducible.
+    and the variance samples (seeded per batch) are reproducible. A question with a record in
+    `reuse` (the same run over another corpus) only has its corpus-dependent fields computed.
     """
+    reuse = reuse or {}
     path = Path(out_dir) / RECORDS
-    have = read_jsonl(path)
-    _repair(path, have)
-    done = {r["id"] for r in have}
+    have, done = _resume(path)
     total = len(items)
     if progress:
         progress(sum(it.id in done for it in items), total)
@@ -80,7 +87,14 @@ def run_records(bb, retriever, items: Sequence[QAItem], s: RecordSettings, out_d
         chunk = [it for it in items[b * batch_size : (b + 1) * batch_size] if it.id not in done]
         if not chunk:
             continue
-        recs = record_batch(bb, retriever, chunk, s, batch_no=b, found=[hits[it.id] for it in chunk])
+        fresh = [it for it in chunk if it.id not in reuse]
+        again = [it for it in chunk if it.id in reuse]
+        recs = record_batch(bb, retriever, fresh, s, batch_no=b, found=[hits[it.id] for it in fresh]) if fresh else []
+        if again:
+            rows = rerecord_batch(bb, again, [reuse[it.id] for it in again], s, [hits[it.id] for it in again])
+            recs += [QuestionRecord(**r) for r in rows]
+        order = {it.id: i for i, it in enumerate(chunk)}
+        recs.sort(key=lambda r: order[r.id])
         for r in recs:
             r.cost["retrieval"] += search_share
         rows = [r.to_dict() for r in recs]
@@ -100,16 +114,10 @@ def run_records(bb, retriever, items: Sequence[QAItem], s: RecordSettings, out_d
 
 def log_record(log, r: QuestionRecord, model: str, s: RecordSettings, k: int, session: str | None,
                index_id: str | None) -> int:
-    """One decision-log row per question: the Never answer with every score at prefix length k and
-    both branches' outcomes, so `targ-calibrate` can fit tau from eval runs."""
-    scores = {g: r.scores[g][str(k)] for g in ("entropy", "margin", "variance") if str(k) in r.scores[g]}
-    ans = Answer(question=r.question, answer=r.never["answer"], model=model, gate="never", tau=float("inf"),
-                 score=None, retrieved=False, k=k, beta=s.beta, n_samples=s.n_samples, temperature=s.temperature,
-                 scores=scores, tokens=TokenCounts(prompt=r.tok_prompt, draft=min(len(r.draft), k),
-                                                   output=r.never["tok_out"],
-                                                   samples=sum(len(x[:k]) for x in r.samples)))
+    """One decision-log row per question: the record's own Never answer (`never_answer`) with both
+    branches' outcomes, so `targ-calibrate` can fit tau from eval runs."""
     strip = lambda b: {key: v for key, v in b.items() if key != "passages"}  # noqa: E731
-    return log.record(ans, source="eval", session=session, index_id=index_id, gold=list(r.answers),
+    return log.record(r.never_answer(model, k, s), source="eval", session=session, index_id=index_id, gold=list(r.answers),
                       em=r.never["em"], f1=r.never["f1"],
                       branches={"never": strip(r.never), "always": strip(r.always)},
                       extra={"qid": r.id, "probes": r.probes, "scores_all_k": r.scores})
@@ -126,9 +134,7 @@ def run_latency(bb, retriever, items: Sequence[QAItem], never_answers: dict[str,
                 out_dir: Path, progress: Callable[[int, int], None] | None = None) -> dict[str, dict]:
     """Batch-1 stage timings for `items` (resumable, like run_records); returns id -> timings."""
     path = Path(out_dir) / LATENCY
-    have = read_jsonl(path)
-    _repair(path, have)
-    done = {r["id"] for r in have}
+    have, done = _resume(path)
     for i, it in enumerate(items):
         if it.id in done:
             continue

@@ -52,8 +52,10 @@ class Point:
 class Signals:
     """Column arrays over records (one row per question)."""
 
-    def __init__(self, records: Sequence[dict], latency: dict[str, dict] | None = None):
+    def __init__(self, records: Sequence[dict], latency: dict[str, dict] | None = None,
+                 meta: dict[str, dict] | None = None):
         self.records = list(records)
+        self.meta = meta or {}
         self.n = len(self.records)
         self.ids = [r["id"] for r in self.records]
         self.never = {m: np.array([r["never"][m] for r in self.records], float) for m in METRICS}
@@ -62,6 +64,9 @@ class Signals:
         self.u = {g: {k: np.array([r["scores"][g].get(str(k), np.nan) for r in self.records], float) for k in self.ks}
                   for g in SCORED_GATES}
         self.draft_len = np.array([len(r["draft"]) for r in self.records], float)
+        self.qlen = np.array([len(r["question"].split()) for r in self.records], float)
+        # subject popularity (PopQA's s_pop, Wikipedia page views) where the dataset has it
+        self.pop = np.array([float(self.meta.get(q, {}).get("s_pop", np.nan)) for q in self.ids], float)
         self.out_never = np.array([r["never"]["tok_out"] for r in self.records], float)
         self.out_always = np.array([r["always"]["tok_out"] for r in self.records], float)
         self.ctx = np.array([r["always"]["tok_ctx"] for r in self.records], float)
@@ -76,7 +81,7 @@ class Signals:
         return np.array([self.latency[self.ids[i]][key] for i in self.lat_rows], float)
 
     def subset(self, idx: np.ndarray) -> "Signals":
-        return Signals([self.records[i] for i in idx], self.latency)
+        return Signals([self.records[i] for i in idx], self.latency, self.meta)
 
 
 def thresholds(u: np.ndarray, fixed: Sequence[float] = (), n_quantiles: int = N_QUANTILES) -> list[float]:
@@ -163,10 +168,12 @@ def split(n: int, seed: int, dev_fraction: float = 0.5) -> tuple[np.ndarray, np.
 
 
 def tau_for_budget(u_dev: np.ndarray, rho: float) -> float:
-    """tau = F_U^{-1}(1 - rho) on dev: retrieve the top rho fraction (U > tau)."""
-    if not 0.0 <= rho <= 1.0:
-        raise ValueError(f"budget rho must be in [0, 1], got {rho}")
-    return float(np.quantile(u_dev, 1.0 - rho))
+    """tau = F_U^{-1}(1 - rho) on dev: retrieve the top rho fraction (U > tau), by the same exact,
+    tie-aware rule as `targ-calibrate` (calibration.budget_threshold), so a budget gives one tau."""
+    from targ_mlx.calibration import budget_threshold
+
+    u = np.asarray(u_dev, float)
+    return budget_threshold(u[np.isfinite(u)], rho)
 
 
 @dataclass(frozen=True)

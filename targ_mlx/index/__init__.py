@@ -10,10 +10,11 @@ import os
 from pathlib import Path
 from typing import Callable
 
-from targ_mlx.index.build import build_index
+from targ_mlx.index.build import build_index, existing_backend
 from targ_mlx.index.chunking import ChunkParams
 from targ_mlx.index.corpus import VITAL
-from targ_mlx.index.encoder import DEFAULT_ENCODER, Encoder, load_encoder
+from targ_mlx.index.encoder import DEFAULT_ENCODER, Encoder, backend_of, default_backend, load_encoder
+from targ_mlx.index.exact import ExactRetriever
 from targ_mlx.index.errors import (
     CorpusError,
     IndexCorruptError,
@@ -22,16 +23,18 @@ from targ_mlx.index.errors import (
     IndexMissingError,
 )
 from targ_mlx.index.retriever import IndexRetriever, open_retriever
+from targ_mlx.index.merged import open_indexes
+from targ_mlx.index.update import add_documents
 from targ_mlx.index.store import HnswParams, IndexInfo, read_manifest
 
 DEFAULT_INDEX_NAME = "vital-articles-minilm"
 ENV_INDEX = "TARG_MLX_INDEX"
 
 __all__ = [
-    "CorpusError", "ChunkParams", "DEFAULT_ENCODER", "Encoder", "HnswParams", "IndexCorruptError",
+    "CorpusError", "ChunkParams", "DEFAULT_ENCODER", "Encoder", "ExactRetriever", "HnswParams", "IndexCorruptError",
     "IndexError_", "IndexInfo", "IndexMismatchError", "IndexMissingError", "IndexRetriever",
-    "build_index", "default_index_dir", "ensure_default_index", "load_encoder", "open_retriever",
-    "read_manifest",
+    "add_documents", "build_index", "default_index_dir", "ensure_default_index", "load_encoder", "open_indexes",
+    "open_retriever", "read_manifest",
 ]
 
 
@@ -58,16 +61,19 @@ def ensure_default_index(progress: Callable[[int, int], None] | None = None) -> 
     out = default_index_dir()
     if (out / "manifest.json").is_file():
         return build_index([VITAL], out, progress=progress)
-    return build_index([VITAL], out, progress=progress, reuse=_siblings_with_encoder(out, DEFAULT_ENCODER))
+    backend = existing_backend(out) or default_backend(DEFAULT_ENCODER)
+    return build_index([VITAL], out, progress=progress, backend=backend,
+                       reuse=_siblings_with_encoder(out, DEFAULT_ENCODER, backend))
 
 
-def _siblings_with_encoder(out: Path, encoder: str) -> list[Path]:
+def _siblings_with_encoder(out: Path, encoder: str, backend: str) -> list[Path]:
     if not out.parent.is_dir():
         return []
     found = []
     for d in sorted(out.parent.iterdir()):
         try:
-            if d != out and read_manifest(d)["encoder"]["name"] == encoder:
+            m = read_manifest(d)
+            if d != out and m["encoder"]["name"] == encoder and backend_of(m) == backend:
                 found.append(d)
         except IndexError_:
             continue  # not a finished index: nothing to reuse there

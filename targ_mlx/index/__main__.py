@@ -1,16 +1,15 @@
-"""`python -m targ_mlx.index build|info|search`: build, inspect and query an on-disk index."""
+"""`python -m targ_mlx.index build|add|info|search`: build, update, inspect and query an on-disk index."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 
+from targ_mlx.errors import run_cli
 from targ_mlx.index.build import DEFAULT_COMMIT_EVERY
 from targ_mlx.index.distributed import DEFAULT_SHARD_SIZE
-from targ_mlx.index.encoder import DEFAULT_BATCH_SIZE, DEFAULT_ENCODER
-from targ_mlx.index.errors import IndexError_
+from targ_mlx.index.encoder import BACKENDS, DEFAULT_BATCH_SIZE, DEFAULT_ENCODER
 from targ_mlx.index.progress import ProgressBar
 from targ_mlx.index.store import DTYPES, HnswParams
 
@@ -26,6 +25,9 @@ def setup_arg_parser() -> argparse.ArgumentParser:
                    help="vital-articles | PATH.jsonl | PATH.xml.bz2 | PATH.parquet | hf:wikimedia/wikipedia:CONFIG")
     b.add_argument("--out", required=True, help="index folder (appears only when complete)")
     b.add_argument("--encoder", default=DEFAULT_ENCODER, help=f"sentence-transformers model (default: {DEFAULT_ENCODER})")
+    b.add_argument("--backend", choices=BACKENDS,
+                   help="encoder backend (default: the one an existing build in --out used, else onnx-int8 "
+                        "for the default model, torch for others)")
     b.add_argument("--dtype", choices=DTYPES, default="f16", help="stored vector type (default: f16)")
     b.add_argument("--limit", type=int, help="read at most N articles")
     b.add_argument("--connectivity", type=int, default=HnswParams.connectivity,
@@ -52,6 +54,17 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     r.add_argument("--cpus-per-worker", type=float, default=1, help="CPUs per encoder actor (default: 1)")
     r.add_argument("--gpus-per-worker", type=float, default=0, help="GPUs per encoder actor (default: 0)")
 
+    a = sub.add_parser("add", help="add or update folders of documents in a built index (changed files only)")
+    a.add_argument("dir", help="a built index folder")
+    a.add_argument("--corpus", nargs="+", required=True, metavar="FOLDER",
+                   help="folders of .md/.txt/.html/.pdf files: new and changed files are (re)indexed, "
+                        "removed files' passages deleted")
+    a.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
+                   help=f"encoder batch size (default: {DEFAULT_BATCH_SIZE})")
+    a.add_argument("--commit-every", type=int, default=DEFAULT_COMMIT_EVERY,
+                   help=f"chunks per encode call and per resumable commit (default: {DEFAULT_COMMIT_EVERY})")
+    a.add_argument("--quiet", action="store_true", help="no progress bar")
+
     i = sub.add_parser("info", help="print an index's manifest summary")
     i.add_argument("dir")
     i.add_argument("--verify", action="store_true", help="check whole-file sha256 checksums")
@@ -76,7 +89,7 @@ def _build(args) -> None:
         args.corpus, args.out, encoder=args.encoder, dtype=args.dtype, limit=args.limit,
         connectivity=args.connectivity, expansion_add=args.expansion_add,
         expansion_search=args.expansion_search, batch_size=args.batch_size, commit_every=args.commit_every,
-        reuse=args.reuse,
+        reuse=args.reuse, backend=args.backend,
         progress=None if args.quiet else ProgressBar(),
     )
     _info(out, verify=False, as_json=False)
@@ -87,6 +100,8 @@ def _build_ray(args) -> None:
 
     if args.reuse:
         raise ValueError("--reuse is not supported with --ray; fix: drop one of them")
+    if args.backend not in (None, "torch"):
+        raise ValueError(f"--backend {args.backend} is not supported with --ray (its actors run torch); fix: drop one of them")
     out = build_index_ray(
         args.corpus, args.out, address=None if args.ray == "local" else args.ray, shard_size=args.shard_size,
         workers=args.workers, cpus_per_worker=args.cpus_per_worker, gpus_per_worker=args.gpus_per_worker,
@@ -95,6 +110,14 @@ def _build_ray(args) -> None:
         commit_every=args.commit_every, progress=None if args.quiet else ProgressBar(),
     )
     _info(out, verify=False, as_json=False)
+
+
+def _add(args) -> None:
+    from targ_mlx.index.update import add_documents
+
+    plan = add_documents(args.dir, args.corpus, progress=None if args.quiet else ProgressBar(),
+                         batch_size=args.batch_size, commit_every=args.commit_every)
+    print(f"{args.dir}: {plan.summary() if not plan.empty else 'up to date'}")
 
 
 def _info(path, verify: bool, as_json: bool) -> None:
@@ -122,20 +145,21 @@ def _search(args) -> None:
             print(f"{p.score:.3f}  {p.format()[:300]}")
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = setup_arg_parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        if args.command == "build":
-            _build(args)
-        elif args.command == "info":
-            _info(args.dir, args.verify, args.json)
-        else:
-            _search(args)
-    except (IndexError_, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(1) from None
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "build":
+        _build(args)
+    elif args.command == "add":
+        _add(args)
+    elif args.command == "info":
+        _info(args.dir, args.verify, args.json)
+    else:
+        _search(args)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_cli(setup_arg_parser(), _run, argv)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

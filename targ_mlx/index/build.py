@@ -22,7 +22,16 @@ import sqlite_utils
 
 from targ_mlx.index.chunking import Chunk, ChunkParams, chunk_article
 from targ_mlx.index.corpus import Article, read_corpus
-from targ_mlx.index.encoder import DEFAULT_BATCH_SIZE, DEFAULT_ENCODER, Encoder, canonical_name, load_encoder
+from targ_mlx.index.documents import is_document_folder, scan
+from targ_mlx.index.encoder import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_ENCODER,
+    TORCH,
+    Encoder,
+    canonical_name,
+    default_backend,
+    load_encoder,
+)
 from targ_mlx.index.errors import IndexMismatchError
 from targ_mlx.index.reuse import VectorSource
 from targ_mlx.index.store import (
@@ -49,20 +58,31 @@ _ADD_PAGE = 50_000  # vectors read from SQLite per usearch add
 _SINGLE_THREAD_ADD = 250_000  # up to this many vectors the graph is built on one thread (see _build_hnsw)
 
 
-def _articles(corpora: Iterable[str], limit: int | None) -> Iterator[Article]:
-    stream = itertools.chain.from_iterable(read_corpus(c) for c in corpora)
+def _articles(corpora: Iterable[str], limit: int | None, documents: dict | None) -> Iterator[Article]:
+    documents = documents or {}
+    stream = itertools.chain.from_iterable(read_corpus(c, documents.get(c)) for c in corpora)
     return itertools.islice(stream, limit) if limit else stream
 
 
-def iter_chunks(corpora: Iterable[str], params: ChunkParams, limit: int | None = None) -> Iterator[Chunk]:
-    """The build's chunk stream, in a fixed order (what resuming relies on)."""
-    for a in _articles(corpora, limit):
-        yield from chunk_article(a.source, a.id, a.title, a.text, params)
+def iter_chunks(corpora: Iterable[str], params: ChunkParams, limit: int | None = None,
+                documents: dict | None = None) -> Iterator[Chunk]:
+    """The build's chunk stream, in a fixed order (what resuming relies on).
+
+    `documents` ({folder: {path: sha256}}) pins the files read from documents folders.
+    """
+    for a in _articles(corpora, limit, documents):
+        yield from chunk_article(a.source, a.id, a.title, a.text, params, a.pages)
+
+
+def spec_chunks(spec: dict, params: ChunkParams) -> Iterator[Chunk]:
+    """The chunk stream a build (or update) spec describes."""
+    return iter_chunks(spec["corpora"], params, spec["limit"], spec.get("documents"))
 
 
 def _countable(spec: str) -> bool:
     # counting chunks first costs one extra read: cheap for the small formats, not for a dump
-    return spec == "vital-articles" or spec.partition("?")[0].lower().endswith((".jsonl", ".ndjson"))
+    return (spec == "vital-articles" or spec.partition("?")[0].lower().endswith((".jsonl", ".ndjson"))
+            or is_document_folder(Path(spec)))
 
 
 def _corpus_spec(c) -> str:
@@ -71,11 +91,15 @@ def _corpus_spec(c) -> str:
     return str(Path(path).resolve()) + q + query if Path(path).exists() else str(c)
 
 
-def _build_spec(corpora, encoder, dtype, limit, params: ChunkParams, hnsw: HnswParams) -> dict:
+def _build_spec(corpora, encoder, dtype, limit, params: ChunkParams, hnsw: HnswParams, backend: str) -> dict:
+    corpora = [_corpus_spec(c) for c in corpora]
+    documents = {c: scan(Path(c)) for c in corpora if is_document_folder(Path(c))}
     return {
         "format": FORMAT_VERSION,
-        "corpora": [_corpus_spec(c) for c in corpora],
+        "corpora": corpora,
+        **({"documents": documents} if documents else {}),
         "encoder": encoder,
+        "backend": backend,
         "dtype": dtype,
         "limit": limit,
         "chunking": {"size": params.size, "overlap": params.overlap, "min_size": params.min_size},
@@ -88,7 +112,7 @@ def _same_build(a: dict, b: dict) -> bool:
     """Equal build arguments, ignoring expansion_search (a serving setting, not part of the graph)."""
 
     def strip(spec: dict) -> dict:
-        return {**spec, "corpora": [_corpus_spec(c) for c in spec["corpora"]],
+        return {**spec, "corpora": [_corpus_spec(c) for c in spec["corpora"]], "backend": spec.get("backend", TORCH),
                 "hnsw": {k: v for k, v in spec["hnsw"].items() if k != "expansion_search"}}
 
     return strip(a) == strip(b)
@@ -98,6 +122,16 @@ def _set_expansion_search(out: Path, manifest: dict, ef: int) -> None:
     manifest["build"]["hnsw"]["expansion_search"] = manifest["hnsw"]["expansion_search"] = ef
     write_json_atomic(out / MANIFEST, manifest)
     logger.info("%s: serving expansion_search set to %d", out, ef)
+
+
+def existing_backend(out: Path) -> str | None:
+    """The backend of the index (or unfinished build) in `out`: a rerun without --backend resumes
+    or finds it as it was begun, even from before the default backend changed."""
+    for spec_file in (out / MANIFEST, partial_dir(out) / BUILD_STATE):
+        if spec_file.is_file():
+            spec = json.loads(spec_file.read_text())
+            return spec.get("build", spec).get("backend", TORCH)
+    return None
 
 
 def _open_partial(out: Path, spec: dict) -> Path:
@@ -147,6 +181,7 @@ def build_index(
     chunking: ChunkParams = ChunkParams(),
     commit_every: int = DEFAULT_COMMIT_EVERY,
     reuse: Sequence[Path] = (),
+    backend: str | None = None,
 ) -> Path:
     """Build (or resume, or find already built) the index of `corpora` in folder `out`.
 
@@ -163,6 +198,8 @@ def build_index(
         commit_every: chunks encoded per call and committed per transaction (what a kill can lose).
         reuse: finished index folders (same encoder) whose vectors are taken for identical chunks
             instead of encoding them again.
+        backend: encoder backend, "torch" or "onnx-int8"; None: that of the index or unfinished
+            build already in `out`, else `encoder.default_backend` (onnx-int8 for the default model).
 
     Returns:
         `out`, holding vectors.usearch, passages.db and manifest.json.
@@ -174,7 +211,8 @@ def build_index(
     out = Path(out)
     hnsw = HnswParams(connectivity, expansion_add, expansion_search)
     name = canonical_name(encoder or DEFAULT_ENCODER)
-    spec = _build_spec(corpora, name, dtype, limit, chunking, hnsw)
+    backend = backend or existing_backend(out) or default_backend(name)
+    spec = _build_spec(corpora, name, dtype, limit, chunking, hnsw, backend)
     if (out / MANIFEST).is_file():
         manifest = read_manifest(out)
         built = manifest["build"]
@@ -183,6 +221,11 @@ def build_index(
                 _set_expansion_search(out, manifest, expansion_search)
             logger.info("%s is already built", out)
             return out
+        if "documents" in spec and _same_build({**built, "documents": spec["documents"]}, spec):
+            raise IndexMismatchError(
+                f"documents changed since {out} was built; fix: python -m targ_mlx.index add {out} "
+                f"--corpus {' '.join(spec['documents'])} (re-chunks only the changed files)"
+            )
         raise IndexMismatchError(
             f"{out} already holds an index built as `{rebuild_command(built, out)}`; "
             "fix: choose another --out or delete that folder"
@@ -192,9 +235,9 @@ def build_index(
     started = time.time()
     part = _open_partial(out, spec)
     db = _open_db(part)
-    enc = load_encoder(name)
+    enc = load_encoder(name, backend=backend)
     enc.batch_size = batch_size
-    source = VectorSource(reuse, name, enc.dims) if reuse else None
+    source = VectorSource(reuse, name, enc.dims, backend) if reuse else None
     _encode_all(db, enc, spec, chunking, progress, commit_every, source)
     index_s = _build_hnsw(db, part, enc.dims, dtype, hnsw)
     _finish(db, part, out, spec, enc.describe(), started, index_s)
@@ -209,11 +252,11 @@ def _encode_all(db, enc: Encoder, spec: dict, params: ChunkParams, progress: Pro
         return  # every chunk is encoded and the graph saved
     if total < 0:
         countable = all(_countable(c) for c in spec["corpora"])
-        total = sum(1 for _ in iter_chunks(spec["corpora"], params, spec["limit"])) if countable else 0
+        total = sum(1 for _ in spec_chunks(spec, params)) if countable else 0
         with db.conn:
             db.conn.execute("UPDATE state SET total = ? WHERE id = 1", (total,))
     done, encode_s = state["consumed"], state["encode_s"]
-    stream = itertools.islice(iter_chunks(spec["corpora"], params, spec["limit"]), done, None)
+    stream = itertools.islice(spec_chunks(spec, params), done, None)
     if progress:
         progress(done, total)
     while group := list(itertools.islice(stream, group_size)):
@@ -285,12 +328,17 @@ def manifest_for(spec: dict, encoder_info: dict, corpora: list, counts: dict, ti
 
 
 def publish(part: Path, out: Path, manifest: dict) -> None:
-    """Write the manifest into DIR.partial and rename it to DIR."""
+    """Write the manifest into DIR.partial and rename it to DIR (replacing an index being updated)."""
     write_json_atomic(part / MANIFEST, manifest)
     if out.exists() and not any(out.iterdir()):
         out.rmdir()
+    old = out.with_name(out.name + ".old")
+    if out.exists():  # an updated index (update.py): move the served one aside first
+        os.replace(out, old)
     os.replace(part, out)  # atomic on one filesystem: DIR appears complete or not at all
     (out / BUILD_STATE).unlink(missing_ok=True)  # shards of a Ray build have none
+    if old.exists():
+        shutil.rmtree(old)
 
 
 def _finish(db, part: Path, out: Path, spec: dict, encoder_info: dict, started: float,

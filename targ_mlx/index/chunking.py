@@ -7,10 +7,11 @@ knows nothing of encoders or indexes: text in, (start, end) offsets out.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import re
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Sequence
 
 DEFAULT_SIZE = 1000
 DEFAULT_OVERLAP = 100
@@ -98,12 +99,18 @@ def split_text(text: str, params: ChunkParams = ChunkParams()) -> list[tuple[int
 
 
 def chunk_article(
-    source: str, article: str, title: str, text: str, params: ChunkParams = ChunkParams()
+    source: str, article: str, title: str, text: str, params: ChunkParams = ChunkParams(),
+    pages: Sequence[int] = (),
 ) -> Iterator[Chunk]:
-    """Yield the chunks of one article, each carrying the article title."""
+    """Yield the chunks of one article, each carrying the article title; with `pages` (page start
+    offsets, e.g. of a PDF), the title names the chunk's pages: "TITLE p. 3" or "TITLE p. 3-4"."""
     for start, end in split_text(text, params):
         body = text[start:end].strip()
-        yield Chunk(chunk_key(source, article, start), title, body, article, source, start, end)
+        named = title
+        if pages:
+            first, last = bisect.bisect_right(pages, start), bisect.bisect_right(pages, end - 1)
+            named = f"{title} p. {first}" + (f"-{last}" if last != first else "")
+        yield Chunk(chunk_key(source, article, start), named, body, article, source, start, end)
 
 
 def normalise_space(text: str) -> str:

@@ -9,6 +9,8 @@ Specs accepted by `read_corpus`:
   PATH.xml[.bz2]              a MediaWiki XML dump (enwiki-*-pages-articles*.xml.bz2)
   PATH.parquet | DIR          Hugging Face `wikimedia/wikipedia` parquet files (id, title, text)
   hf:wikimedia/wikipedia:CONFIG   the same by name, streamed with `datasets` (needs the network)
+  DIR                         your own .md/.txt/.html/.pdf files (`documents.py`), when DIR holds
+                              no parquet files
 Cleaning wikitext is `wikitext.py`'s job; chunking is `chunking.py`'s.
 """
 
@@ -18,23 +20,15 @@ import bz2
 import importlib.util
 import json
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from targ_mlx.index.article import Article
 from targ_mlx.index.chunking import normalise_space
 from targ_mlx.index.errors import CorpusError
 
 VITAL = "vital-articles"
 _VITAL_FILE = ("data", "summaries_en-us.json")
-
-
-@dataclass(frozen=True)
-class Article:
-    id: str  # stable within its corpus: page id, line id, or title
-    title: str
-    text: str
-    source: str  # corpus label, recorded with every chunk
 
 
 def vital_articles_path() -> Path:
@@ -234,8 +228,11 @@ def _source_filter(spec: str, query: str) -> frozenset[str] | None:
     return names
 
 
-def read_corpus(spec: str) -> Iterator[Article]:
-    """Dispatch a corpus spec (see the module docstring) to its reader."""
+def read_corpus(spec: str, files: dict[str, str] | None = None) -> Iterator[Article]:
+    """Dispatch a corpus spec (see the module docstring) to its reader.
+
+    `files` ({path: sha256}) names the exact files to read from a documents folder.
+    """
     if spec == VITAL:
         return read_vital_articles(vital_articles_path())  # fails now, not at first read, if missing
     if spec.startswith("hf:"):
@@ -246,7 +243,7 @@ def read_corpus(spec: str) -> Iterator[Article]:
     if not path.exists():
         raise CorpusError(
             f"corpus {spec!r} not found; fix: give 'vital-articles', a .jsonl/.xml.bz2/.parquet path, "
-            "or hf:wikimedia/wikipedia:CONFIG"
+            "a folder of documents, or hf:wikimedia/wikipedia:CONFIG"
         )
     name = path.name.lower()
     if name.endswith((".jsonl", ".ndjson")):
@@ -255,6 +252,10 @@ def read_corpus(spec: str) -> Iterator[Article]:
         raise CorpusError(f"corpus {spec!r}: ?source= filters apply to .jsonl corpora only; fix: drop it")
     if name.endswith((".xml", ".xml.bz2")):
         return read_xml_dump(path)
+    from targ_mlx.index.documents import is_document_folder, read_documents
+
+    if is_document_folder(path):
+        return read_documents(path, files)
     if name.endswith(".parquet") or path.is_dir():
         return read_parquet(path)
     raise CorpusError(f"corpus {spec!r}: unknown format; fix: use .jsonl, .xml[.bz2] or .parquet")

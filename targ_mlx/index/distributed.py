@@ -46,7 +46,7 @@ from targ_mlx.index.build import (
 )
 from targ_mlx.index.chunking import ChunkParams
 from targ_mlx.index.corpus import read_corpus
-from targ_mlx.index.encoder import DEFAULT_BATCH_SIZE, DEFAULT_ENCODER, canonical_name, load_encoder
+from targ_mlx.index.encoder import DEFAULT_BATCH_SIZE, DEFAULT_ENCODER, TORCH, canonical_name, load_encoder
 from targ_mlx.index.errors import IndexError_, IndexMismatchError
 from targ_mlx.index.store import (
     DTYPES,
@@ -147,7 +147,7 @@ class _EncodeActor:
         import torch
 
         torch.set_num_threads(threads)  # Ray gives the actor `threads` CPUs; torch would take them all
-        self.encoder = load_encoder(encoder)
+        self.encoder = load_encoder(encoder, backend=TORCH)  # GPUs or torch threads per actor
         self.encoder.batch_size = batch_size
 
     def __call__(self, batch: dict) -> dict:
@@ -264,7 +264,7 @@ def build_index_ray(
     out = Path(out)
     name = canonical_name(encoder or DEFAULT_ENCODER)
     hnsw = HnswParams(connectivity, expansion_add, expansion_search)
-    spec = {**_build_spec(corpora, name, dtype, limit, chunking, hnsw), "shard_size": shard_size}
+    spec = {**_build_spec(corpora, name, dtype, limit, chunking, hnsw, TORCH), "shard_size": shard_size}
     if (out / MANIFEST).is_file():
         built = read_manifest(out)["build"]
         if _same_build(built, spec):
@@ -282,7 +282,7 @@ def build_index_ray(
     shards = part / SHARDS
     shards.mkdir(exist_ok=True)
     # the driver needs the encoder's description for the manifests, not a copy on its own device
-    encoder_info = load_encoder(name, device="cpu").describe()
+    encoder_info = load_encoder(name, device="cpu", backend=TORCH).describe()
     if not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, log_to_driver=False,
                  logging_level=logging.WARNING, configure_logging=False)

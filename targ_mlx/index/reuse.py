@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from targ_mlx.index.chunking import Chunk
-from targ_mlx.index.encoder import canonical_name
+from targ_mlx.index.encoder import TORCH, backend_of, canonical_name
 from targ_mlx.index.errors import IndexMismatchError, IndexMissingError
 from targ_mlx.index.store import BUILD_STATE, MANIFEST, PASSAGES, VECTORS, read_manifest, verify_files
 
@@ -37,7 +37,7 @@ def _expand_shards(dirs) -> list[Path]:
 class VectorSource:
     """Stored vectors of other indexes, looked up by chunk key and checked against the text."""
 
-    def __init__(self, dirs: Sequence[Path], encoder: str, dims: int):
+    def __init__(self, dirs: Sequence[Path], encoder: str, dims: int, backend: str = TORCH):
         from usearch.index import Index
 
         self.parts: list[tuple[object, sqlite3.Connection]] = []
@@ -46,18 +46,20 @@ class VectorSource:
                 m = read_manifest(d)
                 verify_files(d, m)
                 built, index = m["encoder"]["name"], Index.restore(str(d / VECTORS), view=True)
+                built_backend = backend_of(m)
                 if m["encoder"]["dims"] != dims:
                     built = f"{built} ({m['encoder']['dims']}-d)"
                 db = sqlite3.connect(f"file:{(d / PASSAGES).resolve()}?mode=ro&immutable=1", uri=True)
             elif (d / BUILD_STATE).is_file():
-                built, index = json.loads((d / BUILD_STATE).read_text())["encoder"], None
+                state = json.loads((d / BUILD_STATE).read_text())
+                built, index, built_backend = state["encoder"], None, state.get("backend", TORCH)
                 db = sqlite3.connect(f"file:{(d / PASSAGES).resolve()}?mode=ro", uri=True)
             else:
                 raise IndexMissingError(f"--reuse {d}: neither a finished index nor a build in progress; "
                                         "fix: pass an index folder or its .partial folder")
-            if canonical_name(built) != canonical_name(encoder):
+            if canonical_name(built) != canonical_name(encoder) or built_backend != backend:
                 raise IndexMismatchError(
-                    f"--reuse {d} was built with {built}, not {encoder}; "
+                    f"--reuse {d} was built with {built} ({built_backend}), not {encoder} ({backend}); "
                     "fix: reuse an index built with the same encoder, or drop --reuse"
                 )
             self.parts.append((index, db))

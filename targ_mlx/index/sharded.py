@@ -3,6 +3,7 @@
 Each shard is a complete index with its own memory-mapped graph and passage store. A query goes
 to every shard's graph; the per-shard top-k lists are merged by score (a chunk stored in two
 shards counts once) and only the k winners' passages are read, each from its own shard's store.
+Several index folders are served the same way by `merged.py`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Sequence
 import numpy as np
 
 from targ_mlx.index.encoder import Encoder
-from targ_mlx.index.retriever import QueryEncoding
+from targ_mlx.index.query import QueryEncoding
 from targ_mlx.index.store import manifest_id
 from targ_mlx.retrieval import Passage
 
@@ -29,7 +30,7 @@ class ShardedRetriever(QueryEncoding):
         self._encoder = encoder
 
     def __len__(self) -> int:
-        return int(self.manifest["counts"]["passages"])
+        return sum(len(s) for s in self.shards)
 
     def search_vectors(self, vectors: np.ndarray, k: int = 5, exact: bool = False) -> list[list[Passage]]:
         """Search with already-encoded, normalised query vectors (n, dims)."""

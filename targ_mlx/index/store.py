@@ -45,7 +45,7 @@ def partial_dir(out: Path) -> Path:
 def rebuild_command(build: dict, out: Path) -> str:
     """The CLI line that (re)builds an index with the recorded arguments."""
     parts = ["python", "-m", "targ_mlx.index", "build", "--corpus", *build["corpora"], "--out", str(out)]
-    parts += ["--encoder", build["encoder"], "--dtype", build["dtype"]]
+    parts += ["--encoder", build["encoder"], "--backend", build.get("backend", "torch"), "--dtype", build["dtype"]]
     if build.get("limit"):
         parts += ["--limit", str(build["limit"])]
     if build.get("shard_size"):

@@ -5,26 +5,34 @@ from __future__ import annotations
 import argparse
 import sys
 
-import targ_mlx  # noqa: F401  (binds OpenBLAS before mlx.core loads)
 
 
-def main(argv: list[str] | None = None) -> int:
+def setup_arg_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m targ_mlx.native", description=__doc__)
     ap.add_argument("command", choices=("build", "info"))
     ap.add_argument("--force", action="store_true", help="rebuild even if a cached build exists")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    from targ_mlx.errors import run_cli
+    from targ_mlx.native.build import BuildError
+
+    return run_cli(setup_arg_parser(), _run, argv, errors=(BuildError,))
+
+
+def _run(args: argparse.Namespace) -> int:
+    from targ_mlx import bind_openblas
+
+    bind_openblas()  # before the first import of mlx.core
     from targ_mlx import native
-    from targ_mlx.native.build import BuildError, build, module_path
+    from targ_mlx.native.build import build, module_path
 
     if args.command == "build":
         if not native.wanted():
             print("targ_mlx.native: not needed here (MLX has a GPU, or TARG_MLX_NATIVE=0); nothing built")
             return 0
-        try:
-            print(build(force=args.force))
-        except BuildError as e:
-            print(f"targ_mlx.native: {e}", file=sys.stderr)
-            return 1
+        print(build(force=args.force))
         return 0
     native.ops()
     print(f"kernels: {native.status()}\nmodule: {module_path()}")

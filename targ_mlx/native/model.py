@@ -174,9 +174,13 @@ class NativeLM:
         head = embed if lm_head is None or getattr(args, "tie_word_embeddings", False) else _linear(lm_head)[0]
         at0 = model.model.layers[0].self_attn
         head_dim = at0.head_dim if hasattr(at0, "head_dim") else args.hidden_size // args.num_attention_heads
-        mx.eval([x for l in layers for x in (l.qkv.q, l.gate_up.q)])
-        return cls(ops, layers, embed, head, model.model.norm.weight.astype(mx.float32), float(args.rms_norm_eps),
-                   at0.n_heads, at0.n_kv_heads, int(head_dim), float(at0.scale), _rope(at0.rope))
+        lm = cls(ops, layers, embed, head, model.model.norm.weight.astype(mx.float32), float(args.rms_norm_eps),
+                 at0.n_heads, at0.n_kv_heads, int(head_dim), float(at0.scale), _rope(at0.rope))
+        # Every derived array evaluated here, on the loading thread: a lazy one first evaluated from
+        # another thread (the chat app's answer worker) fails with MLX's "There is no Stream(cpu, 0)
+        # in current thread".
+        mx.eval(_arrays(lm))
+        return lm
 
     @property
     def nbytes(self) -> int:
@@ -222,3 +226,20 @@ class NativeLM:
 
     def __call__(self, tokens: mx.array, cache: list[Any]) -> mx.array:
         return self.head(self.hidden(tokens, cache))
+
+
+def _arrays(obj, depth: int = 4) -> list[mx.array]:
+    """The mx.arrays held by `obj` (its fields, lists and tuples, `depth` levels down)."""
+    if isinstance(obj, mx.array):
+        return [obj]
+    if depth == 0:
+        return []
+    if isinstance(obj, (list, tuple)):
+        items = obj
+    elif isinstance(obj, dict):
+        items = list(obj.values())
+    elif type(obj).__module__.startswith("targ_mlx.native") and hasattr(obj, "__dict__"):
+        items = list(vars(obj).values())
+    else:
+        return []
+    return [a for x in items for a in _arrays(x, depth - 1)]

@@ -91,6 +91,25 @@ async def test_slash_commands_change_gate_tau_k(backbone, retriever, log, tmp_pa
         assert app.assistant.settings.gate == "entropy"
 
 
+async def test_index_add_searches_your_documents_beside_wikipedia(backbone, retriever, log, tmp_path, notes_folder):
+    from targ_mlx.index import build_index
+
+    folder, rows = notes_folder
+    notes = build_index([str(folder)], tmp_path / "notes-index")
+    app = chat_app(backbone, retriever, log, tmp_path, gate="always")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(*f"/index add {notes}", "enter")
+        await pilot.pause()
+        assert "small + notes-index" in app.query_one(StatusBar).render().plain
+        await ask(app, pilot, rows[0]["question"])
+        titles = [p.title for p in app.query_one(SourcesPanel).passages]
+        assert titles[0] == "notes/lecture.md", titles
+        answer = list(app.query_one(ChatLog).query(MessageView))[-1]
+        assert "[1] notes/lecture.md" in answer.render().plain
+        row = log.get(answer.decision_id)
+        assert row["passages"][0]["title"] == "notes/lecture.md"
+
+
 def _logged(log, us, model):
     for u in us:
         log.record(Answer(question="q", answer="a", model=model, gate="margin", tau=0.3, score=u, retrieved=u > 0.3,

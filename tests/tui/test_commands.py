@@ -3,7 +3,7 @@
 import pytest
 
 from targ_mlx.calibration import budget_threshold
-from targ_mlx.decision_log import ScoreRow
+from targ_mlx.calibration_rows import DEFAULT_BUDGET, NotEnoughRowsError, ScoreRow, budget_tau, fit_tau
 from tui import commands
 from tui.commands import Command, CommandError
 
@@ -56,17 +56,17 @@ def _rows(us, labels=None):
 
 
 def test_budget_refuses_below_min_rows_and_matches_calibration():
-    with pytest.raises(CommandError, match="only 29 logged answers"):
-        commands.budget_tau([0.1] * 29, 0.3)
+    with pytest.raises(NotEnoughRowsError, match="only 29 logged answers"):
+        budget_tau([0.1] * 29, 0.3)
     us = [i / 40 for i in range(40)]
-    assert commands.budget_tau(us, 0.25) == budget_threshold(us, 0.25)
+    assert budget_tau(us, 0.25) == budget_threshold(us, 0.25)
 
 
 def test_fit_tau_prefers_labels_then_budget():
     us = [i / 40 for i in range(40)]
-    tau, how = commands.fit_tau(_rows(us))
-    assert tau == budget_threshold(us, commands.DEFAULT_BUDGET) and how.startswith("budget")
-    tau, how = commands.fit_tau(_rows(us, ["correct"] * 40))
+    tau, how = fit_tau(_rows(us))
+    assert tau == budget_threshold(us, DEFAULT_BUDGET) and how.startswith("budget")
+    tau, how = fit_tau(_rows(us, ["correct"] * 40))
     assert how.startswith("accuracy on 40 labelled rows")
 
 

@@ -12,9 +12,8 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
+from targ_mlx.defaults import SCORED_GATES
 from targ_mlx.records import Answer, PassageRef
-
-THRESHOLD_GATES = ("entropy", "margin", "variance")
 
 
 @dataclass(frozen=True)
@@ -39,7 +38,7 @@ class DecisionInfo:
     @classmethod
     def from_answer(cls, ans: Answer, decision_id: int | None = None) -> DecisionInfo:
         lat, t = ans.latency, ans.tokens
-        return cls(decision_id, ans.model, ans.gate, ans.k, ans.tau if ans.gate in THRESHOLD_GATES else None,
+        return cls(decision_id, ans.model, ans.gate, ans.k, ans.tau if ans.gate in SCORED_GATES else None,
                    ans.score, ans.retrieved, tuple(ans.passages), lat.draft + lat.gate, lat.retrieval,
                    lat.prefill + lat.decode, lat.total,
                    dict(prompt=t.prompt, draft=t.draft, context=t.context, output=t.output), ans.finish_reason,
@@ -53,7 +52,7 @@ class DecisionInfo:
         extra = row.get("extra") or {}
         searched = extra.get("search_query") or ""
         return cls(row["id"], row["model"], row["gate"], row.get("k"),
-                   row.get("tau") if row["gate"] in THRESHOLD_GATES else None, row.get("u"),
+                   row.get("tau") if row["gate"] in SCORED_GATES else None, row.get("u"),
                    bool(row["retrieved"]), passages, f("lat_draft") + f("lat_gate"), f("lat_retrieval"),
                    f("lat_prefill") + f("lat_decode"), f("lat_total"),
                    dict(prompt=row.get("tok_prompt") or 0, draft=row.get("tok_draft") or 0,

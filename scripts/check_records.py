@@ -1,0 +1,53 @@
+"""Re-record the first batch of a committed eval run and compare it field by field.
+
+    python scripts/check_records.py results/v500/nq_open [--batch-size 8]
+
+The committed records.jsonl were written by an earlier version of the code; this checks that
+today's pipeline gives the same records bit for bit. The index those runs used may not be on
+this machine, so the retrieval-dependent fields (the Always branch, the CRAG-lite probe) are
+re-recorded without passages and left out of the comparison; everything else must be equal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from targ_mlx import bind_openblas
+
+bind_openblas()  # before mlx.core loads
+from targ_mlx.backbone import load_backbone  # noqa: E402
+from targ_mlx.eval.datasets import QAItem  # noqa: E402
+from targ_mlx.eval.record import RecordSettings, record_batch  # noqa: E402
+from targ_mlx.eval.run import read_jsonl  # noqa: E402
+
+COMPARED = ("id", "question", "answers", "tok_prompt", "draft", "entropies", "gaps", "logprobs", "samples",
+            "scores", "never", "batch")
+PROBES = ("p_need", "p_supported")  # p_relevant grades retrieved passages
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("run_dir", type=Path)
+    ap.add_argument("--batch-size", type=int, default=8)
+    args = ap.parse_args(argv)
+    config = json.loads((args.run_dir / "config.json").read_text(encoding="utf-8"))
+    s = RecordSettings(**{k: tuple(v) if k == "ks" else v for k, v in config["settings"].items()})
+    want = read_jsonl(args.run_dir / "records.jsonl")[: args.batch_size]
+    items = [QAItem(r["id"], r["question"], r["answers"]) for r in want]
+    bb = load_backbone(config.get("model") or "smollm2-135m")
+    got = [r.to_dict() for r in record_batch(bb, None, items, s, batch_no=0, found=[[] for _ in items])]
+    bad = 0
+    for w, g in zip(want, got):
+        diff = [f for f in COMPARED if w[f] != g[f]] + [f"probes.{p}" for p in PROBES
+                                                       if w["probes"].get(p) != g["probes"].get(p)]
+        bad += bool(diff)
+        print(f"{w['id']}: {'same' if not diff else 'DIFFERENT: ' + ', '.join(diff)}")
+    print(f"{len(want) - bad}/{len(want)} records identical in {', '.join(COMPARED + PROBES)}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,31 @@
+"""The project's vocabulary and defaults, defined once: gate names and every default setting.
+
+Imported by the CLI, the chat app, the eval and the library alike; plain constants, no imports,
+so the decision log and the config read them without loading MLX.
+"""
+
+from types import MappingProxyType
+
+GATES = ("entropy", "margin", "variance", "never", "always")
+SCORED_GATES = ("entropy", "margin", "variance")  # gates with a score U and a threshold tau
+RECHECK_GATES = ("entropy", "margin")  # gates whose running score a re-check can recompute
+
+DEFAULT_MODEL = "smollm2-135m"
+DEFAULT_GATE = "margin"
+DEFAULT_K = 20  # draft prefix length (paper default)
+DEFAULT_BETA = 3.0  # margin link phi(g) = exp(-g / beta)
+DEFAULT_N_SAMPLES = 5  # variance gate: sampled prefixes
+DEFAULT_TEMPERATURE = 0.7  # variance gate: sampling temperature
+DEFAULT_TOP_K = 5  # passages retrieved
+DEFAULT_CONTEXT_TOKENS = 1024  # L_ctx, budget for retrieved context
+DEFAULT_MAX_TOKENS = 32  # the paper's short-answer cap; 50 for multi-hop
+DEFAULT_PROMPT = "paper"  # paper: the paper's system prompt; short: few-shot short answers
+PROMPT_STYLES = ("paper", "short")
+DEFAULT_HISTORY_TOKENS = 512  # earlier chat turns kept in the prompt; SmolLM2's window is 8k
+REWRITE_METHODS = ("model", "questions", "none")  # how a follow-up becomes a standalone search query
+# Chosen by scripts/bench_rewrite.py on TREC CAsT (BENCHMARKS.md, "Standalone retrieval queries").
+DEFAULT_REWRITE = "questions"
+# Placeholders until calibrated: the median of the operating points the paper reports for
+# each gate across its datasets (Qwen2.5-7B tables). SmolLM2 is far less confident than a 7B
+# model, so expect `targ-calibrate` to move these; they only make the gate do *something*.
+DEFAULT_TAU = MappingProxyType({"entropy": 0.80, "margin": 0.35, "variance": 0.60})

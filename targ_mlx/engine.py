@@ -1,0 +1,102 @@
+"""The engine seam: what a `Backbone` runs a model with.
+
+An engine feeds tokens through a KV cache and turns hidden states into logits (`hidden`, `head`,
+`advance`, `last_logits`), decodes one step for a batch (`step`), picks tokens with the gate's
+statistics (`select`), and lets several rows read one prompt's keys (`share_rows`, `row`). Two
+implement it: `MlxLMEngine` here (plain mlx-lm layers; the default, any device) and
+`targ_mlx.native.engine.NativeEngine` (the CPU kernels). Nothing above the backbone asks which
+one runs.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Protocol, Sequence
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models.cache import BatchKVCache, KVCache
+
+from targ_mlx import sampling
+
+
+class Engine(Protocol):
+    name: str
+    shares_prefix: bool  # a batch's common prompt head can be run once and reused bit for bit
+
+    def advance(self, tokens: mx.array, cache: list[Any]) -> None: ...
+
+    def last_logits(self, tokens: mx.array, cache: list[Any]) -> mx.array: ...
+
+    def step(self, tokens: mx.array, cache: list[Any]) -> mx.array: ...
+
+    def select(self, logits: mx.array, inv_temp: mx.array, u: mx.array) -> tuple[mx.array, ...]: ...
+
+    def share_rows(self, cache: list[Any], rows: Sequence[int]) -> list[Any]: ...
+
+    def row(self, cache: list[Any], b: int) -> list[Any]: ...
+
+
+class MlxLMEngine:
+    """mlx-lm's own layers: Metal, CUDA, or MLX's CPU ops. Shared rows are copies of the prompt's keys."""
+
+    name = "mlx"
+    shares_prefix = False
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+        inner = getattr(model, "model", None)
+        # architectures without the usual .model/.lm_head split run whole, all positions through the head
+        self._split = inner is not None and hasattr(inner, "embed_tokens")
+
+    def hidden(self, tokens: mx.array, cache: list[Any]) -> mx.array:
+        """Final-norm hidden states (B, L, H); advances the cache."""
+        return self.model.model(tokens, cache=cache)
+
+    def head(self, h: mx.array) -> mx.array:
+        if getattr(self.model, "lm_head", None) is not None and not getattr(self.model.args, "tie_word_embeddings", False):
+            return self.model.lm_head(h)
+        return self.model.model.embed_tokens.as_linear(h)
+
+    def advance(self, tokens: mx.array, cache: list[Any]) -> None:
+        self.hidden(tokens, cache) if self._split else self.model(tokens, cache=cache)
+
+    def last_logits(self, tokens: mx.array, cache: list[Any]) -> mx.array:
+        """Logits (B, V) float32 at the last position; only that position goes through the head."""
+        if not self._split:
+            return self.model(tokens, cache=cache)[:, -1, :].astype(mx.float32)
+        return self.head(self.hidden(tokens, cache)[:, -1:, :])[:, -1, :].astype(mx.float32)
+
+    def step(self, tokens: mx.array, cache: list[Any]) -> mx.array:
+        return self.model(tokens[:, None], cache=cache)[:, -1, :].astype(mx.float32)
+
+    def select(self, logits: mx.array, inv_temp: mx.array, u: mx.array) -> tuple[mx.array, ...]:
+        return sampling.select(logits, inv_temp, u)
+
+    def share_rows(self, cache: list[Any], rows: Sequence[int]) -> list[Any]:
+        """Row b of the result continues prompt row rows[b]; here each row gets its own copy."""
+        idx = mx.array(list(rows))
+        out = []
+        for c in cache:
+            if isinstance(c, BatchKVCache):
+                kv = copy.copy(c)  # keeps the cache class (and a shared prefix's length)
+                kv.keys, kv.values = c.keys[idx], c.values[idx]
+                kv.offset, kv.left_padding, kv._idx = c.offset[idx], c.left_padding[idx], c._idx
+            else:
+                kv = KVCache()
+                kv.keys = c.keys[:, :, : c.offset, :][idx]
+                kv.values = c.values[:, :, : c.offset, :][idx]
+                kv.offset = c.offset
+            out.append(kv)
+        return out
+
+    def row(self, cache: list[Any], b: int) -> list[Any]:
+        """Row b alone, to continue decoding it."""
+        out = []
+        for c in cache:
+            kv = KVCache()
+            kv.keys = c.keys[b : b + 1, :, : c.offset, :]
+            kv.values = c.values[b : b + 1, :, : c.offset, :]
+            kv.offset = c.offset
+            out.append(kv)
+        return out

@@ -1,0 +1,52 @@
+"""Flags shared by `targ ask` and the chat app (`targ-chat`), and the settings they resolve to.
+
+Not an entry point: both front ends import it, so neither has to import the other.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from targ_mlx.config import Config
+from targ_mlx.defaults import (
+    DEFAULT_HISTORY_TOKENS,
+    DEFAULT_K,
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_REWRITE,
+    GATES,
+    REWRITE_METHODS,
+)
+from targ_mlx.settings import Settings
+
+
+def add_common_args(p: argparse.ArgumentParser) -> None:
+    """Flags shared by `targ ask` and the chat app (`targ-chat`); None means "from config"."""
+    p.add_argument("--model", help="alias (smollm2-135m, the offline default), .gguf path, MLX folder or mlx-lm repo id")
+    p.add_argument("--index", action="append", metavar="DIR",
+                   help="index folder; repeat to search several at once, e.g. Wikipedia and your notes "
+                        "(default: the offline default index, built on first use)")
+    p.add_argument("--db", help="decision log (default: decisions.db under the user data dir)")
+    p.add_argument("--config", help="config TOML (default: config.toml under the user config dir)")
+    p.add_argument("--gate", choices=GATES, help="gate (default from config: margin)")
+    p.add_argument("--tau", type=float, help="retrieve iff U > tau (default: calibrated value from config, else a placeholder)")
+    p.add_argument("--k", type=int, help=f"draft length in tokens (default {DEFAULT_K})")
+    p.add_argument("--max-tokens", type=int, help=f"answer length cap (default {DEFAULT_MAX_TOKENS})")
+    p.add_argument("--history-tokens", type=int, help="in a chat: tokens of earlier turns kept in the prompt, "
+                   f"oldest dropped first (default {DEFAULT_HISTORY_TOKENS})")
+    p.add_argument("--rewrite", choices=REWRITE_METHODS, help="in a chat: how a follow-up becomes a standalone "
+                   f"search query (default {DEFAULT_REWRITE})")
+
+
+def settings_from_args(args: argparse.Namespace, cfg: Config, key: str) -> Settings:
+    """The answer settings from config + the flags given (`add_common_args` and ask's own)."""
+    own = dict(beta=getattr(args, "beta", None), n_samples=getattr(args, "n_samples", None),
+               temperature=getattr(args, "temp", None), seed=getattr(args, "seed", None),
+               top_k=getattr(args, "top_k", None), context_tokens=getattr(args, "context_tokens", None),
+               recheck_every=getattr(args, "recheck_every", None), prompt_style=getattr(args, "prompt", None))
+    return Settings.from_config(cfg, key, tau=args.tau, gate=args.gate, k=args.k, max_tokens=args.max_tokens,
+                                history_tokens=args.history_tokens, rewrite=args.rewrite, **own)
+
+
+def index_folders(flag: list[str] | None, configured: str | None) -> list[str]:
+    """The `--index` folders given, else the configured one, else none (the default index)."""
+    return flag or ([configured] if configured else [])

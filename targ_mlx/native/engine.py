@@ -1,0 +1,46 @@
+"""The CPU kernels as an engine (`targ_mlx.engine.Engine`): forward passes by `NativeLM`, token
+choice by the fused select kernel, and rows that read their prompt's keys in place."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import mlx.core as mx
+
+from targ_mlx.native.model import NativeLM, SharedPrefixCache
+
+
+class NativeEngine:
+    name = "targ_mlx.native"
+    shares_prefix = True  # a row's keys do not depend on what follows: a reused head is bit for bit
+
+    def __init__(self, lm: NativeLM):
+        self.lm = lm
+
+    @property
+    def nbytes(self) -> int:
+        return self.lm.nbytes
+
+    def hidden(self, tokens: mx.array, cache: list[Any]) -> mx.array:
+        return self.lm.hidden(tokens, cache)
+
+    def head(self, h: mx.array) -> mx.array:
+        return self.lm.head(h)
+
+    def advance(self, tokens: mx.array, cache: list[Any]) -> None:
+        self.lm.hidden(tokens, cache)
+
+    def last_logits(self, tokens: mx.array, cache: list[Any]) -> mx.array:
+        return self.lm.head(self.lm.hidden(tokens, cache)[:, -1:, :])[:, -1, :].astype(mx.float32)
+
+    def step(self, tokens: mx.array, cache: list[Any]) -> mx.array:
+        return self.lm(tokens[:, None], cache)[:, -1, :]
+
+    def select(self, logits: mx.array, inv_temp: mx.array, u: mx.array) -> tuple[mx.array, ...]:
+        return self.lm.ops.select(logits, inv_temp, u)
+
+    def share_rows(self, cache: list[Any], rows: Sequence[int]) -> list[Any]:
+        return [SharedPrefixCache.from_cache(c, list(rows)) for c in cache]
+
+    def row(self, cache: list[Any], b: int) -> list[Any]:
+        return [c.row(b) for c in cache]

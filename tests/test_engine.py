@@ -1,0 +1,62 @@
+"""The engine seam: plain mlx-lm and the CPU kernels behind one interface, same greedy tokens."""
+
+import sys
+
+import mlx.core as mx
+import pytest
+
+from targ_mlx import batch, prompts
+from targ_mlx.backbone import load_backbone
+from targ_mlx.draft import continue_greedy, draft
+from targ_mlx.engine import MlxLMEngine
+
+QUESTIONS = ["who wrote the origin of species", "what is the capital of canada", "who painted the mona lisa"]
+
+
+@pytest.fixture(scope="module")
+def mlx_backbone():
+    """The same GGUF on mlx-lm's own (quantized) layers: the default engine."""
+    return load_backbone("smollm2-135m", dtype="quantized", kernels=False)
+
+
+def _agree_until_a_near_tie(a: list[int], b: list[int], gaps: list[float]) -> bool:
+    """Equal tokens, or equal up to a step whose top-2 gap is under 0.5 logits, where float
+    rounding (or the kernels' int8 activations on AVX512-VNNI CPUs) may flip a near-tie."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i < len(gaps) and gaps[i] < 0.5
+    return len(a) == len(b)
+
+
+def test_the_default_engine_is_mlx_lm(mlx_backbone):
+    assert isinstance(mlx_backbone.engine, MlxLMEngine) and mlx_backbone.info["kernels"] == "mlx"
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="the CPU kernels are for CPU-only MLX (Linux)")
+def test_both_engines_give_the_same_greedy_tokens(backbone, mlx_backbone):
+    assert backbone.engine.name == "targ_mlx.native"
+    same = 0
+    for q in QUESTIONS:
+        ids = backbone.tokenizer.chat_ids(prompts.messages(q, None, "short"))
+        # plain draft + continuation, and the variance draft (rows shared by the engine)
+        runs = {}
+        for bb in (backbone, mlx_backbone):
+            d, v = draft(bb, ids, 8), draft(bb, ids, 8, n_samples=3, seed=1)
+            assert v.tokens == d.tokens  # within one engine the shared rows change nothing
+            runs[bb.engine.name] = (d.tokens + continue_greedy(bb, d, 8)[0], d.gaps)
+        (a, _), (b, gaps) = runs["targ_mlx.native"], runs["mlx"]
+        assert _agree_until_a_near_tie(a, b, gaps), (q, a, b)
+        same += a == b
+        # the batched path (left-padded prefill, shared rows) gives the batch-1 greedy tokens
+        for bb in (backbone, mlx_backbone):
+            g, _ = batch.draft_batch(bb, [ids], k=8, n_samples=2, max_greedy=8, seed=3)
+            assert g.tokens[0][: len(runs[bb.engine.name][0][:8])] == runs[bb.engine.name][0][:8]
+    assert same >= 2  # near-ties are the exception, not the rule
+
+
+def test_engines_agree_on_the_next_token_distribution(backbone, mlx_backbone):
+    ids = backbone.tokenizer.chat_ids(prompts.messages(QUESTIONS[0], None, "short"))
+    a = backbone.prefill(ids, backbone.make_cache())
+    b = mlx_backbone.prefill(ids, mlx_backbone.make_cache())
+    assert a.shape == b.shape and a.dtype == b.dtype == mx.float32
+    assert mx.abs(mx.softmax(a, -1) - mx.softmax(b, -1)).max().item() < 1e-2

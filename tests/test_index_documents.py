@@ -1,0 +1,129 @@
+"""Your own documents: a folder of real .md/.txt/.html/.pdf files indexed, updated with `add`
+(only changed files re-chunked, removed files' passages deleted, an interrupted add resumed), and
+searched beside a Wikipedia index with the file path (and PDF page) cited."""
+
+import json
+import re
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from targ_mlx.index import IndexMismatchError, add_documents, build_index, open_indexes, open_retriever
+from targ_mlx.index.__main__ import main as index_main
+from targ_mlx.index.store import PASSAGES, partial_dir
+
+
+def _rows(index: Path) -> dict[int, tuple[str, str, str]]:
+    with closing(sqlite3.connect(index / PASSAGES)) as db:
+        return {k: (t, x, a) for k, t, x, a in db.execute("SELECT key, title, text, article FROM passages")}
+
+
+def _vectors(index: Path, keys) -> np.ndarray:
+    from usearch.index import Index
+
+    return np.stack(Index.restore(str(index / "vectors.usearch"), view=True).get(np.asarray(sorted(keys), dtype=np.uint64)))
+
+
+def test_a_folder_of_documents_is_indexed_and_cited_by_path_and_page(notes_folder, tmp_path):
+    folder, rows = notes_folder
+    out = build_index([str(folder)], tmp_path / "idx")
+    titles = sorted({t for t, _, _ in _rows(out).values()})
+    pdf = [t for t in titles if "report.pdf" in t]
+    assert [t for t in titles if t not in pdf] == ["notes/lecture.md", "notes/page.html", "notes/sub/memo.txt"]
+    # each PDF chunk names the pages it spans, and together they cover both pages
+    assert pdf and all(re.fullmatch(r"notes/report\.pdf p\. [12](-2)?", t) for t in pdf), pdf
+    assert {"1", "2"} <= set("".join(t.rsplit(" ", 1)[1] for t in pdf))
+    assert not any("hidden" in x for _, x, _ in _rows(out).values())  # script text is not content
+    r = open_retriever(out)
+    hit = r.search(rows[4]["question"], 5)  # its passage is the PDF's page 2
+    assert re.fullmatch(r"notes/report\.pdf p\. (2|1-2)", hit[0].title), [p.title for p in hit]
+    assert rows[4]["passages"][0]["text"][:60] in " ".join(hit[0].text.split())
+    assert hit[0].format().startswith(f"[{hit[0].title}] ")
+    manifest = r.manifest
+    assert set(manifest["build"]["documents"][str(folder.resolve())]) == {
+        "lecture.md", "page.html", "report.pdf", "sub/memo.txt"}
+    with pytest.raises(IndexMismatchError, match="add"):
+        (folder / "lecture.md").write_text("changed " * 60, encoding="utf-8")
+        build_index([str(folder)], out)
+
+
+def test_add_rechunks_only_the_changed_file_and_drops_removed_ones(gold_rows, notes_folder, tmp_path):
+    folder, rows = notes_folder
+    out = build_index([str(folder)], tmp_path / "idx")
+    before = _rows(out)
+    others = {k: v for k, v in before.items() if v[2] != "sub/memo.txt"}
+    others_vecs = _vectors(out, others)
+    extra = gold_rows(6)[5]["passages"][0]["text"]
+    (folder / "sub" / "memo.txt").write_text(extra + "\n\n" + rows[1]["passages"][0]["text"], encoding="utf-8")
+
+    plan = add_documents(out, [str(folder)])
+    assert plan.changed == {str(folder.resolve()): {"sub/memo.txt": plan.changed[str(folder.resolve())]["sub/memo.txt"]}}
+    after = _rows(out)
+    assert {k: v for k, v in after.items() if v[2] != "sub/memo.txt"} == others  # untouched rows
+    np.testing.assert_array_equal(_vectors(out, others), others_vecs)  # and untouched vectors
+    memo = [x for _, x, a in after.values() if a == "sub/memo.txt"]
+    assert any(extra[:100] in x for x in memo)
+    r = open_retriever(out)
+    assert len(r) == len(after) and r.manifest["counts"]["chunks_read"] == len(memo)
+    assert r.search(gold_rows(6)[5]["question"], 5)[0].title == "notes/sub/memo.txt"
+    r.close()
+
+    (folder / "page.html").unlink()
+    add_documents(out, [str(folder)])
+    gone = {k for k, v in after.items() if v[2] == "page.html"}
+    assert gone and not gone & set(_rows(out))
+    r = open_retriever(out)
+    assert not gone & {p.key for p in r.search(rows[2]["question"], 10)}
+    assert "page.html" not in r.manifest["build"]["documents"][str(folder.resolve())]
+    assert add_documents(out, [str(folder)]).empty  # nothing changed: nothing done
+
+
+def test_an_interrupted_add_resumes_to_the_same_index(gold_rows, notes_folder, tmp_path):
+    folder, rows = notes_folder
+    a = build_index([str(folder)], tmp_path / "a")
+    b = build_index([str(folder)], tmp_path / "b")
+    new = folder / "more.md"
+    new.write_text("\n\n".join(r["passages"][0]["text"] for r in gold_rows(8)[5:]), encoding="utf-8")
+    add_documents(a, [str(folder)])
+
+    class Stop(Exception):
+        pass
+
+    calls = []
+
+    def stop_after_first_commit(done, total):
+        calls.append(done)
+        if done > 0:
+            raise Stop
+
+    with pytest.raises(Stop):
+        add_documents(b, [str(folder)], progress=stop_after_first_commit, commit_every=1)
+    assert partial_dir(b).exists() and (b / "manifest.json").is_file()  # the old index still served
+    assert add_documents(b, [str(folder)]).changed  # resumes the plan it began
+    assert not partial_dir(b).exists()
+    assert _rows(a) == _rows(b)
+    np.testing.assert_allclose(_vectors(a, _rows(a)), _vectors(b, _rows(b)), atol=1e-3)
+
+
+def test_several_indexes_are_searched_at_once(notes_folder, tmp_path, small_index_dir, small_index_questions):
+    folder, rows = notes_folder
+    notes = build_index([str(folder)], tmp_path / "idx")
+    both = open_indexes([small_index_dir, notes])
+    assert len(both) == len(open_retriever(small_index_dir)) + len(open_retriever(notes))
+    assert both.search(rows[0]["question"], 5)[0].title == "notes/lecture.md"
+    wiki_q = small_index_questions[0]
+    assert wiki_q["gold_title"] in [p.title for p in both.search(wiki_q["question"], 5)]
+    assert both.manifest_id not in (open_retriever(notes).manifest_id, open_retriever(small_index_dir).manifest_id)
+
+
+def test_add_cli_reports_and_rejects_a_non_folder(gold_rows, notes_folder, tmp_path, capsys):
+    folder, _ = notes_folder
+    out = build_index([str(folder)], tmp_path / "idx")
+    (folder / "new.txt").write_text(gold_rows(6)[5]["passages"][0]["text"], encoding="utf-8")
+    index_main(["add", str(out), "--corpus", str(folder), "--quiet"])
+    assert "1 new or changed file(s), 0 removed" in capsys.readouterr().out
+    assert index_main(["add", str(out), "--corpus", str(folder / "new.txt"), "--quiet"]) == 2  # one CLI error code
+    assert "not a folder" in capsys.readouterr().err

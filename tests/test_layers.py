@@ -1,0 +1,133 @@
+"""The import graph of targ_mlx and tui: no circles (lazy imports inside functions included),
+the CPU kernels package stands alone, and the core never reaches up to the TUI or the CLIs."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+ENTRY_POINTS = {"targ_mlx.cli", "targ_mlx.calibrate", "targ_mlx.__main__", "targ_mlx.eval.__main__",
+                "targ_mlx.index.__main__", "targ_mlx.native.__main__", "tui.__main__"}
+CONSOLE_SCRIPT_HOLDERS = {"targ_mlx.eval"}  # its __init__ holds `targ-eval`, a lazy call of __main__
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    files = {_module(p): p for pkg in ("targ_mlx", "tui") for p in (REPO / pkg).rglob("*.py")}
+    graph: dict[str, set[str]] = {m: set() for m in files}
+    for mod, path in files.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            for name in names:
+                if name in files and name != mod:
+                    graph[mod].add(name)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def _parents(mod: str) -> set[str]:
+    parts = mod.split(".")
+    return {".".join(parts[:i]) for i in range(1, len(parts))}
+
+
+def test_no_import_circles():
+    graph = import_graph()
+    # a package's __init__ importing its submodules is not a circle of concepts
+    flat = {m: {d for d in deps if d not in _parents(m)} for m, deps in graph.items()}
+    assert cycles(flat) == []
+
+
+def test_retrieval_does_not_import_the_index():
+    assert not {d for d in import_graph()["targ_mlx.retrieval"] if d.startswith("targ_mlx.index")}
+
+
+def test_native_imports_nothing_else_from_targ_mlx():
+    graph = import_graph()
+    for mod, deps in graph.items():
+        if mod.startswith("targ_mlx.native") and mod != "targ_mlx.native.__main__":
+            assert {d for d in deps if not d.startswith("targ_mlx.native")} == set(), mod
+
+
+def test_the_core_never_imports_the_tui_or_an_entry_point():
+    graph = import_graph()
+    for mod, deps in graph.items():
+        if mod.startswith("targ_mlx") and mod not in ENTRY_POINTS | CONSOLE_SCRIPT_HOLDERS:
+            assert {d for d in deps if d.startswith("tui") or d in ENTRY_POINTS} == set(), mod
+    for mod, deps in graph.items():
+        if mod.startswith("tui") and mod != "tui.__main__":
+            assert {d for d in deps if d in ENTRY_POINTS} == set(), mod
+
+
+# Lowest first; a module imports only from its own layer or below. Prefix match, longest wins.
+LAYERS = (
+    ("targ_mlx", "targ_mlx._blas", "targ_mlx.defaults", "targ_mlx.errors", "targ_mlx.records",
+     "targ_mlx.retrieval", "targ_mlx.calibration", "targ_mlx.native", "targ_mlx.eval.metrics",
+     "targ_mlx.eval.probes"),
+    ("targ_mlx.config", "targ_mlx.log_store", "targ_mlx.model_spec", "targ_mlx.gates", "targ_mlx.prompts",
+     "targ_mlx.tokenizer", "targ_mlx.gguf", "targ_mlx.index"),
+    ("targ_mlx.settings", "targ_mlx.transcript", "targ_mlx.sampling", "targ_mlx.engine"),
+    ("targ_mlx.decision_log", "targ_mlx.backbone"),
+    ("targ_mlx.draft", "targ_mlx.batch", "targ_mlx.calibration_rows", "targ_mlx.conversation"),
+    ("targ_mlx.pipeline",),
+    ("targ_mlx.assistant", "targ_mlx.eval"),
+    ("targ_mlx.flags",),
+    ("targ_mlx.cli", "targ_mlx.calibrate", "targ_mlx.__main__", "targ_mlx.eval.__main__", "targ_mlx.index.__main__",
+     "targ_mlx.native.__main__", "tui"),
+)
+
+
+def layer_of(mod: str) -> int:
+    best, level = -1, None
+    for i, names in enumerate(LAYERS):
+        for name in names:
+            if (mod == name or mod.startswith(name + ".")) and len(name) > best:
+                best, level = len(name), i
+    assert level is not None, f"{mod} has no layer in LAYERS"
+    return level
+
+
+def test_no_import_from_a_lower_layer_back_up():
+    graph = import_graph()
+    up = [(m, d) for m, deps in graph.items() for d in deps
+          if d not in _parents(m) and m not in CONSOLE_SCRIPT_HOLDERS and layer_of(d) > layer_of(m)]
+    assert up == []

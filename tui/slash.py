@@ -1,0 +1,106 @@
+"""The chat app's slash commands: each `/name value` runs `_cmd_name(value)`, mostly one call on
+the `Assistant` (`configure`, `set_gate`, `budget`, `recalibrate`, `reload_model`, `open_index`).
+
+A mixin of `ChatApp` (it uses the app's `assistant`, `decisions`, `notify` and workers); parsing,
+completion and help text are in `commands.py`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from textual import work
+
+from targ_mlx.errors import TargError
+from tui import commands
+from tui.messages import LoadProgress
+from tui.widgets import ChatLog
+
+
+class SlashCommands:
+    def run_command(self, text: str) -> None:
+        try:
+            cmd = commands.parse(text)
+            getattr(self, f"_cmd_{cmd.name}")(cmd.value)
+        except (commands.CommandError, TargError, ValueError) as e:
+            self.notify(str(e), severity="error", timeout=8)
+        self._status()
+
+    def _settings(self, **changes) -> None:
+        if self.assistant is None:
+            raise commands.CommandError("the model is still loading; try again in a moment")
+        self.assistant.configure(**changes)
+
+    def _cmd_gate(self, gate: str) -> None:
+        self._settings()  # refused while loading
+        s = self.assistant.set_gate(gate)
+        tau = s.tau if s.scored else None
+        self.notify(f"gate {gate}" + (f", τ {tau:.3f}" if tau is not None else ""))
+
+    def _cmd_tau(self, tau: float) -> None:
+        self._settings(tau=tau)
+        gate = self.assistant.settings.gate
+        extra = f" (gate {gate} ignores τ)" if not self.assistant.settings.scored else ""
+        self.notify(f"τ {tau:g}{extra}")
+
+    def _cmd_budget(self, rho: float) -> None:
+        self._settings()  # refused while loading
+        tau = self.assistant.budget(rho)
+        self.notify(f"τ {tau:.4f} for a retrieval budget of {rho:g}")
+
+    def _cmd_k(self, k: int) -> None:
+        self._settings(k=k)
+        self.notify(f"draft length k = {k}")
+
+    def _cmd_recalibrate(self, rho: float | None) -> None:
+        self._settings()  # refused while loading
+        tau, how, path = self.assistant.recalibrate(rho)
+        self.config = self.assistant.config
+        self.notify(f"τ {tau:.4f} ({how}); saved to {path}", timeout=10)
+
+    def _cmd_model(self, spec: str) -> None:
+        if self.generating or self.assistant is None:
+            raise commands.CommandError("wait for the current answer or load to finish first")
+        self.reload_model(spec)
+
+    @work(thread=True, exclusive=True, group="load")
+    def reload_model(self, spec: str) -> None:
+        self.post_message(LoadProgress(f"loading model {spec}"))
+        try:
+            bb = self.assistant.reload_model(spec)
+        except Exception as e:
+            self.call_from_thread(self.notify, f"could not load {spec}: {e}", severity="error", timeout=10)
+            self.call_from_thread(self._status)
+            return
+        self.call_from_thread(self.notify, f"model {bb.model_id} loaded")
+        self.call_from_thread(self._status)
+
+    def _cmd_index(self, arg: str) -> None:
+        """`/index DIR` opens DIR instead; `/index add DIR` searches DIR beside the open indexes."""
+        if self.generating or self.assistant is None:
+            raise commands.CommandError("wait for the current answer or load to finish first")
+        head, _, rest = arg.partition(" ")
+        add = head == "add" and bool(rest.strip())
+        folder = rest.strip() if add else arg
+        try:
+            retriever = self.assistant.open_index(folder, add=add)
+        except Exception as e:
+            raise commands.CommandError(f"could not open index {folder}: {e}") from None
+        paths = getattr(retriever, "paths", [Path(folder)])
+        self.index_label = " + ".join(p.name for p in paths)
+        self.notify(f"index {' + '.join(map(str, paths))} opened ({len(retriever):,} vectors)")
+
+    def _cmd_export(self, target: str | None) -> None:
+        if self.decisions is None:
+            raise commands.CommandError("no decision log is open, so there is no transcript to export")
+        turns = [(m.role, m.text, self.decisions.get(m.decision_id) if m.decision_id else None)
+                 for m in self.decisions.messages(self.session)]
+        path = Path(target or f"targ-chat-{self.session}.md").expanduser()
+        path.write_text(commands.export_markdown(f"targ-chat {self.session}", turns), encoding="utf-8")
+        self.notify(f"chat exported to {path}")
+
+    def _cmd_new(self, _value) -> None:
+        self.action_new_chat()
+
+    def _cmd_help(self, _value) -> None:
+        self.query_one(ChatLog).add("system", commands.help_text(commands.KEYS))
