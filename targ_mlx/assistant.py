@@ -104,7 +104,9 @@ class Assistant:
         from targ_mlx.index import open_indexes
 
         current = self._retriever if add and not callable(self._retriever) else None
-        paths = [*(getattr(current, "paths", None) or []), Path(folder).expanduser()]
+        # an index opened by `open_indexes` knows its folders; one from `open_retriever`, its path
+        opened = getattr(current, "paths", None) or [p for p in [getattr(current, "path", None)] if p]
+        paths = [*opened, Path(folder).expanduser()]
         retriever = open_indexes(paths)
         self._retriever, self.index_id = retriever, retriever.manifest_id
         return retriever
@@ -162,16 +164,19 @@ class Assistant:
         scores = pipeline.score_draft(d.entropies, d.gaps, d.samples, s.k, s.beta) if d is not None else {}
         decision = pipeline.gate(s, scores)
         lat["gate"] = time.perf_counter() - t_gate
+        # while the index is still building (index.background), a question the gate would
+        # retrieve for is answered without retrieval, and the answer says why
+        unavailable = getattr(self._retriever, "status", "") if not getattr(self._retriever, "ready", True) else ""
 
         prefix: list[int] = []  # answer tokens given before retrieving (a re-check's)
         rechecked_at = None
-        retrieve = decision.retrieve
+        retrieve = decision.retrieve and not unavailable
         if not retrieve and d is None:
             out, lat["prefill"], lat["decode"] = generate(bb, base_ids, s.max_tokens, cancel, stream.push)
         elif not retrieve:
             out = list(d.tokens)
             stream.extend(out)
-            if pipeline.rechecks(s, d):
+            if pipeline.rechecks(s, d) and not unavailable:
                 more, retrieve, dt = pipeline.recheck(bb, d, s, cancel, stream.push)
                 if retrieve:
                     rechecked_at, prefix = len(d.tokens) + len(more), list(d.tokens) + more
@@ -194,7 +199,7 @@ class Assistant:
         passages = packed.passages if packed is not None else ()
         ans = Answer(
             question=q, answer=text, model=bb.model_id, gate=s.gate, tau=s.tau, score=decision.signal,
-            retrieved=retrieve, k=s.k, beta=s.beta, n_samples=s.n_samples if s.gate == "variance" else 0,
+            retrieved=retrieve, note=unavailable if decision.retrieve else "", k=s.k, beta=s.beta, n_samples=s.n_samples if s.gate == "variance" else 0,
             temperature=s.temperature, scores=scores,
             passages=tuple(PassageRef(p.key, p.title, round(p.score, 6), p.text) for p in passages),
             tokens=TokenCounts(prompt=len(base_ids), draft=len(d.tokens) if d else 0,
@@ -204,8 +209,9 @@ class Assistant:
             rechecked_at=rechecked_at, search_query=searched, history_turns=len(turns),
         )
         if self.log is not None:
+            index_id = self.index_id or getattr(self._retriever, "manifest_id", None)  # e.g. built meanwhile
             self.last_decision_id = self.log.record(ans, source=self.source, session=self.session,
-                                                    index_id=self.index_id, **(log_extra or {}))
+                                                    index_id=index_id, **(log_extra or {}))
         return ans
 
 

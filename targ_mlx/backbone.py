@@ -113,17 +113,16 @@ def load_backbone(spec: str = DEFAULT_MODEL, dtype: str = "auto", kernels: bool 
     if use_kernels and native.ops() is None:
         raise ModelLoadError(f"the CPU kernels were requested but are unavailable: {native.status()}")
     if spec in ALIASES:
-        path = alias_path(spec)
-        bb = _load_gguf_backbone(path, "quantized" if use_kernels and dtype == "auto" else dtype)
+        bb = _load_gguf_backbone(alias_path(spec), dtype, use_kernels)
     elif spec.lower().endswith(".gguf"):
-        bb = _load_gguf_backbone(spec, "quantized" if use_kernels and dtype == "auto" else dtype)
+        bb = _load_gguf_backbone(spec, dtype, use_kernels)
     elif os.path.isdir(spec) or ("/" in spec and not os.path.exists(spec) and spec.count("/") == 1):
         bb = _load_mlx_backbone(spec)
     else:
         bb = None
     if bb is not None:
         bb.model_id = model_key(spec)
-        if use_kernels:
+        if use_kernels and bb.engine.name != "targ_mlx.native":
             _attach_kernels(bb)
         bb.info["kernels"] = "targ_mlx.native " + native.status() if bb.engine.name == "targ_mlx.native" else "mlx"
         if bb.engine.name == "mlx" and sys.platform == "linux" and mx.default_device() == mx.cpu and _blas.BLAS_PATH is None:
@@ -149,13 +148,21 @@ def _attach_kernels(bb: Backbone) -> None:
     bb.engine = NativeEngine(NativeLM.build(bb.model, native.ops()))
 
 
-def _load_gguf_backbone(path: str, dtype: str) -> Backbone:
+def _load_gguf_backbone(path: str, dtype: str, kernels: bool) -> Backbone:
     from targ_mlx.gguf import load_gguf
 
-    g = load_gguf(path, dtype=dtype)
+    engine = None
+    if kernels and dtype in ("auto", "quantized"):
+        from targ_mlx.repack import load_gguf_native  # repacked once, then from the disk cache
+        from targ_mlx.native.engine import NativeEngine
+
+        g, lm = load_gguf_native(path, native.ops())
+        engine = NativeEngine(lm) if lm is not None else None
+    else:
+        g = load_gguf(path, dtype=dtype)
     tok = tokenizer_from_gguf(g.metadata, path)
     return Backbone(model=g.model, tokenizer=tok, model_id=model_key(path), context_length=g.context_length,
-                    dtype=g.dtype, info={"arch": g.arch, "params": g.n_params, "path": path})
+                    dtype=g.dtype, info={"arch": g.arch, "params": g.n_params, "path": path}, engine=engine)
 
 
 def _load_mlx_backbone(spec: str) -> Backbone:

@@ -83,6 +83,15 @@ def default_db_path() -> Path:
     return platformdirs.user_data_path(APP_NAME) / "decisions.db"
 
 
+def default_cache_path() -> Path:
+    """TARG_MLX_CACHE, else the user cache dir: joined and repacked models (and, by the same
+    rule in `native.build`, which imports nothing from targ_mlx, the built kernels)."""
+    env = os.environ.get("TARG_MLX_CACHE")
+    if env:
+        return Path(env)
+    return platformdirs.user_cache_path(APP_NAME)
+
+
 def _frozen(mapping: Mapping) -> MappingProxyType:
     return MappingProxyType(
         {k: _frozen(v) if isinstance(v, Mapping) else v for k, v in mapping.items()}

@@ -104,6 +104,8 @@ class DecisionLog(Transcript):
         if answer.history_turns or (answer.search_query and answer.search_query != answer.question):
             # A chat turn: what retrieval searched and how many earlier turns the prompt held.
             extra = {**(extra or {}), "search_query": answer.search_query, "history_turns": answer.history_turns}
+        if answer.note:
+            extra = {**(extra or {}), "note": answer.note}
         ran = "always" if answer.retrieved else "never"
         branch = {name: dict((branches or {}).get(name) or {}) for name in ("never", "always")}
         for metric, value in (("em", em), ("f1", f1)):

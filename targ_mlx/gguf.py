@@ -1,8 +1,9 @@
 """Load a GGUF file (llama or qwen2 architecture) into an mlx-lm model.
 
 Weights come from `mx.load(path, return_metadata=True)`, which keeps Q4_0/Q4_1/Q8_0 blocks as
-MLX affine-quantized triplets; other block types (Q4_K, Q5_0, Q6_K, ...) are dequantized with
-the `gguf` package. The tokenizer and chat template come from the same metadata
+MLX affine-quantized triplets. Files with other block types are read with the `gguf` package:
+Q4_K, Q5_K, Q6_K, Q5_0 and Q5_1 become triplets too (`targ_mlx.gguf_blocks`, groups of 32), and
+the rest (Q2_K, Q3_K, IQ*) are dequantized to float32. The tokenizer and chat template come from the same metadata
 (`targ_mlx.tokenizer`). Nothing here knows about gates or retrieval.
 """
 
@@ -53,25 +54,101 @@ def _meta_value(v):
     return v
 
 
-def read_gguf(path: str) -> tuple[dict[str, mx.array], dict]:
-    """Raw tensors and metadata; falls back to the `gguf` package for block types MLX lacks."""
+# Scales and biases of repacked K-quant blocks. float16 keeps a Q4_K_M file's weights within
+# 1.2x its size (float32: 1.4x) and changed no greedy token in BENCHMARKS.md's comparison.
+SCALE_DTYPE = mx.float16
+
+
+# GGML type ids: F32, F16, Q4_0, Q4_1, Q8_0, BF16. `mx.load` keeps the quantized ones as MLX
+# triplets exactly; any other type it converts to float16 (slowly, and rounding), so such files
+# go through the `gguf` package instead.
+_MLX_EXACT = frozenset({0, 1, 30})
+_MLX_KEEPS = _MLX_EXACT | {2, 3, 8}
+_SCALAR = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+
+
+def tensor_types(path: str) -> set[int]:
+    """The GGML type ids of a GGUF file's tensors, from its header alone (GGUFReader parses
+    every metadata array into numpy and takes ~40 s on a 150k-token vocabulary)."""
+    import struct
+
+    with open(path, "rb") as f:
+        buf = f.read(1 << 20)
+        pos = 0
+
+        def take(n: int) -> bytes:
+            nonlocal buf, pos
+            while pos + n > len(buf):
+                more = f.read(max(1 << 20, n))
+                if not more:
+                    raise ModelLoadError(f"cannot read GGUF file {path}: its header is truncated; re-download it")
+                buf = buf[pos:] + more
+                pos = 0
+            pos += n
+            return buf[pos - n : pos]
+
+        def skip(kind: int) -> None:
+            if kind == 8:
+                take(struct.unpack("<Q", take(8))[0])
+            elif kind == 9:
+                sub, n = struct.unpack("<IQ", take(12))
+                if sub in _SCALAR:
+                    take(_SCALAR[sub] * n)
+                else:
+                    for _ in range(n):
+                        skip(sub)
+            else:
+                take(_SCALAR[kind])
+
+        if take(4) != b"GGUF":
+            raise ModelLoadError(f"{path} is not a GGUF file (bad magic); pass a .gguf model file")
+        _, n_tensors, n_kv = struct.unpack("<IQQ", take(20))
+        for _ in range(n_kv):
+            take(struct.unpack("<Q", take(8))[0])
+            skip(struct.unpack("<I", take(4))[0])
+        types = set()
+        for _ in range(n_tensors):
+            take(struct.unpack("<Q", take(8))[0])
+            n_dims = struct.unpack("<I", take(4))[0]
+            take(8 * n_dims)
+            types.add(struct.unpack("<I", take(4))[0])
+            take(8)
+        return types
+
+
+def check_file(path: str) -> None:
     if not os.path.isfile(path):
         raise ModelLoadError(f"GGUF file not found: {path}. Pass an existing .gguf path or a model alias.")
+
+
+def read_gguf(path: str, keep_blocks: bool = True) -> tuple[dict[str, mx.array], dict]:
+    """Raw tensors and metadata; falls back to the `gguf` package for block types MLX lacks.
+
+    keep_blocks: return the block types `gguf_blocks` knows as MLX affine triplets (name.weight
+    packed uint32, name.scales, name.biases); False dequantizes them to float32 as the `gguf`
+    package does (the exact reference; Q6_K's repacking rounds a little).
+    """
+    check_file(path)
+    if keep_blocks and not tensor_types(path) <= _MLX_KEEPS or not keep_blocks and not tensor_types(path) <= _MLX_EXACT:
+        return _read_with_gguf_package(path, keep_blocks=keep_blocks)
     try:
         weights, meta = mx.load(path, return_metadata=True)
     except Exception as e:
         # MLX reads F32/F16/BF16/Q4_0/Q4_1/Q8_0 only ("gguf_tensor_to_f16 failed" otherwise); the
         # gguf package reads every block type, and tells a truncated file from an exotic one.
-        return _read_with_gguf_package(path, first_error=e)
+        return _read_with_gguf_package(path, first_error=e, keep_blocks=keep_blocks)
     return weights, {k: _meta_value(v) for k, v in meta.items()}
 
 
-def _read_with_gguf_package(path: str, first_error: Exception | None = None) -> tuple[dict[str, mx.array], dict]:
+def _read_with_gguf_package(path: str, first_error: Exception | None = None,
+                            keep_blocks: bool = True) -> tuple[dict[str, mx.array], dict]:
     try:
         from gguf import GGUFReader
         from gguf.quants import dequantize
     except ImportError as e:  # pragma: no cover - gguf is a core dependency
         raise ModelLoadError("reading this GGUF's block types needs the `gguf` package: pip install gguf") from e
+    from targ_mlx import gguf_blocks
+
     try:
         reader = GGUFReader(path)
     except Exception as e:
@@ -88,9 +165,17 @@ def _read_with_gguf_package(path: str, first_error: Exception | None = None) -> 
             continue
     weights = {}
     for t in reader.tensors:
-        arr = dequantize(t.data, t.tensor_type)
         # GGUF stores dims fastest-first; numpy shape from the reader is already row-major.
-        weights[t.name] = mx.array(np.asarray(arr, dtype=np.float32).reshape(tuple(reversed(t.shape.tolist()))))
+        shape = tuple(reversed(t.shape.tolist()))
+        a = gguf_blocks.affine(t.data, t.tensor_type, shape) if keep_blocks and len(shape) == 2 else None
+        if a is not None and t.name.endswith(".weight"):
+            base = t.name[: -len("weight")]
+            weights[t.name] = mx.array(gguf_blocks.mlx_packed(a))
+            weights[base + "scales"] = mx.array(a.scales).astype(SCALE_DTYPE)
+            weights[base + "biases"] = mx.array(a.biases).astype(SCALE_DTYPE)
+            continue
+        arr = dequantize(t.data, t.tensor_type)
+        weights[t.name] = mx.array(np.asarray(arr, dtype=np.float32).reshape(shape))
     return weights, meta
 
 
@@ -154,12 +239,12 @@ def _quant_bits(weights: dict[str, mx.array]) -> tuple[int, int] | None:
     return None
 
 
-def _count_params(weights: dict[str, mx.array], bits: int) -> int:
+def _count_params(weights: dict[str, mx.array]) -> int:
     total = 0
     for name, w in weights.items():
         if name.endswith((".scales", ".biases")) and name[: -len("scales")] + "weight" in weights:
             continue
-        total += w.size * 32 // bits if w.dtype == mx.uint32 else w.size
+        total += w.shape[0] * weights[name[: -len("weight")] + "scales"].shape[-1] * 32 if w.dtype == mx.uint32 else w.size
     return total
 
 
@@ -185,14 +270,22 @@ def load_gguf(path: str, dtype: str = "auto") -> GGUFModel:
             BLAS path is far faster than its quantized kernels; else keep the file's
             quantization), "float32", "float16", "bfloat16" or "quantized".
     """
-    raw, meta = read_gguf(path)
+    on_cpu = mx.default_device() == mx.cpu
+    # Float dtypes (and "auto" on CPU, which means float32 there) take the exact dequantization.
+    raw, meta = read_gguf(path, keep_blocks=dtype == "quantized" or (dtype == "auto" and not on_cpu))
+    return model_from(path, _rename(raw), meta, dtype)
+
+
+def model_from(path: str, weights: dict[str, mx.array], meta: dict, dtype: str = "auto",
+               evaluate: bool = True) -> GGUFModel:
+    """The mlx-lm model over `weights` (mlx-lm names, e.g. from `load_gguf` or the repack cache).
+    evaluate=False leaves lazily loaded arrays unread until something uses them."""
     arch = str(meta.get("general.architecture", "?"))
     if arch not in SUPPORTED_ARCHS:
         raise ModelLoadError(
             f"GGUF architecture {arch!r} in {path} is not supported; supported: {', '.join(SUPPORTED_ARCHS)} "
             "(other architectures: pass an mlx-lm model id or MLX folder instead)"
         )
-    weights = _rename(raw)
     from mlx_lm.models import llama, qwen2
 
     module = {"llama": llama, "qwen2": qwen2}[arch]
@@ -201,7 +294,7 @@ def load_gguf(path: str, dtype: str = "auto") -> GGUFModel:
         args.pop("head_dim", None)
     model = module.Model(module.ModelArgs.from_dict(args))
     quant = _quant_bits(weights)
-    n_params = _count_params(weights, quant[0] if quant else 32)
+    n_params = _count_params(weights)
     if dtype == "auto":
         on_cpu = mx.default_device() == mx.cpu
         dtype = "float32" if (quant is None or (on_cpu and n_params <= 2_000_000_000)) else "quantized"
@@ -225,6 +318,7 @@ def load_gguf(path: str, dtype: str = "auto") -> GGUFModel:
         model.load_weights(list(dense.items()), strict=True)
     except ValueError as e:
         raise ModelLoadError(f"GGUF tensors in {path} do not fit a {arch} model: {e}") from e
-    mx.eval(model.parameters())
+    if evaluate:
+        mx.eval(model.parameters())
     return GGUFModel(model=model, metadata=meta, arch=arch, dtype=label, n_params=n_params,
                      context_length=int(args["max_position_embeddings"]))

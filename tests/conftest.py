@@ -7,11 +7,22 @@ from targ_mlx import bind_openblas
 bind_openblas()  # before any test module imports mlx.core, as the entry points do
 
 
+@pytest.fixture(scope="session")
+def _session_cache(tmp_path_factory):
+    """A cache folder for the models tests write (repacked tiny GGUFs). The kernels are loaded
+    first, from the user's cache: building them again would take minutes."""
+    from targ_mlx import native
+
+    native.ops()
+    return tmp_path_factory.mktemp("cache")
+
+
 @pytest.fixture(autouse=True)
-def _isolated_user_files(tmp_path, monkeypatch):
-    """Tests never read or write the user's real config or decision log."""
+def _isolated_user_files(tmp_path, monkeypatch, _session_cache):
+    """Tests never read or write the user's real config, decision log or model cache."""
     monkeypatch.setenv("TARG_MLX_CONFIG", str(tmp_path / "user-config.toml"))
     monkeypatch.setenv("TARG_MLX_DB", str(tmp_path / "user-decisions.db"))
+    monkeypatch.setenv("TARG_MLX_CACHE", str(_session_cache))
 
 
 @pytest.fixture(scope="session")

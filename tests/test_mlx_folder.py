@@ -1,7 +1,9 @@
 """The mlx-lm path (`mlx_lm.load` of a local MLX folder), exercised offline by writing the
 offline default model out as an MLX folder and checking it decodes the same tokens."""
 
+import importlib.util
 import json
+from pathlib import Path
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -9,9 +11,13 @@ import pytest
 from mlx.utils import tree_flatten
 
 from targ_mlx import prompts
-from targ_mlx.backbone import load_backbone
+from targ_mlx.backbone import alias_path, load_backbone
 from targ_mlx.draft import draft
 from targ_mlx.errors import ModelLoadError
+
+_spec = importlib.util.spec_from_file_location("gguf_to_mlx", Path(__file__).parents[1] / "scripts" / "gguf_to_mlx.py")
+gguf_to_mlx = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(gguf_to_mlx)
 
 
 @pytest.fixture(scope="module")
@@ -29,12 +35,7 @@ def mlx_folder(tmp_path_factory, backbone):
     if quant:
         args["quantization"] = {"group_size": 32, "bits": 4, **{k: v for k, v in quant.items() if v["bits"] != 4}}
     (out / "config.json").write_text(json.dumps(args))
-    tok = backbone.tokenizer
-    tok._tok.save(str(out / "tokenizer.json"))
-    (out / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": tok.bos, "eos_token": tok.eos,
-        "chat_template": tok.template, "add_bos_token": False,
-    }))
+    gguf_to_mlx.write_tokenizer(backbone.tokenizer, out)
     return out
 
 
@@ -46,6 +47,17 @@ def test_mlx_folder_decodes_like_the_gguf(mlx_folder, backbone):
     ids = bb.tokenizer.chat_ids(msgs)
     assert ids == backbone.tokenizer.chat_ids(msgs)
     assert draft(bb, ids, 8).tokens == draft(backbone, ids, 8).tokens
+
+
+def test_mlx_convert_q_folder_runs_on_the_kernels(tmp_path, backbone):
+    """What mlx-community publishes: `mlx_lm.convert -q` output (4 bits, groups of 64)."""
+    out = gguf_to_mlx.convert(alias_path("smollm2-135m"), tmp_path / "smollm2-4bit")
+    assert json.loads((out / "config.json").read_text())["quantization"]["group_size"] == 64
+    bb, ref = load_backbone(str(out)), load_backbone(str(out), kernels=False)
+    assert bb.engine.name == backbone.engine.name and ref.engine.name == "mlx"
+    ids = bb.tokenizer.chat_ids(prompts.messages("What is the capital of France?"))
+    # the kernels differ from mlx-lm's quantized layers only by int8 activations
+    assert draft(bb, ids, 4).tokens == draft(ref, ids, 4).tokens
 
 
 def test_unreachable_repo_id_is_one_clear_error(monkeypatch):

@@ -17,12 +17,23 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _open_loaded(folders: list[Path]):
+    """Open indexes and load their query encoders now, not on the first retrieval."""
+    from targ_mlx.index import open_indexes
+
+    retriever = open_indexes(folders)
+    for part in getattr(retriever, "parts", [retriever]):  # indexes built with other encoders
+        part.encoder  # noqa: B018
+    return retriever
+
+
 def make_loader(cfg, settings, folders: list[str] | None = None):
     """`loader(progress) -> (Assistant, index label, notice)`: model, then index (built on first run)."""
 
     def load(progress):
         from targ_mlx.assistant import Assistant
         from targ_mlx.backbone import load_backbone
+        from targ_mlx.index.background import BuildingIndex
 
         progress(f"loading model {cfg.model}")
         bb = load_backbone(cfg.model)
@@ -31,13 +42,16 @@ def make_loader(cfg, settings, folders: list[str] | None = None):
             from targ_mlx import index
 
             paths = [Path(f) for f in folders or index_folders(None, cfg.index)]
-            if not paths:
-                paths = [index.ensure_default_index(progress=lambda d, n: progress("building the default index", d, n))]
+            if not paths and not (index.default_index_dir() / "manifest.json").is_file():
+                # answer at once; questions the gate retrieves for skip retrieval until it is built
+                building = BuildingIndex(lambda cb: [index.ensure_default_index(progress=cb)], _open_loaded,
+                                         lambda d, n: progress(f"index building {100 * d / max(n, 1):.0f}%", d, n))
+                return (Assistant(bb, building, settings, source="chat"), index.DEFAULT_INDEX_NAME,
+                        "the default index is building: answers skip retrieval until it is ready")
+            paths = paths or [index.default_index_dir()]
             label = " + ".join(p.name for p in paths)
-            progress(f"opening index {label}")
-            retriever = index.open_indexes(paths)
-            progress("loading the query encoder")
-            retriever.encoder  # noqa: B018  (load now, not on the first retrieval)
+            progress(f"opening index {label} and its query encoder")
+            retriever = _open_loaded(paths)
             index_id = retriever.manifest_id
         except Exception as e:  # answer without retrieval rather than not at all
             return Assistant(bb, None, settings, source="chat"), "none", f"answering without retrieval: {e}"

@@ -149,7 +149,8 @@ def evaluate_dataset(name, items, args, out: Path, bb, retriever, log, session) 
     latency = {r["id"]: r for r in read_jsonl(out / "latency.jsonl")}
     config = {"dataset": name, "n_items": len(items), "args": {k: v for k, v in vars(args).items()},
               "settings": asdict(s), "versions": _versions(), "model": bb.model_id if bb is not None else (args.model or "smollm2-135m"),
-              "index": str(args.index), "run": run_info, **_corpus_info(retriever),
+              "index": str(args.index), "run": run_info,
+              **(_corpus_info(retriever) if retriever else _corpus_info_from({"index": args.index})),
               "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
     prev = out / "config.json"
     if prev.is_file() and args.report_only:  # keep the settings the records were made with

@@ -190,15 +190,19 @@ def add_documents(
     plan = UpdatePlan(upd["changed"], upd["removed"])
     part = partial_dir(out)
     db = _open_db(part)
-    if not upd["deleted"]:
-        _delete_stale(out, part, db, state)
-    enc = load_encoder(manifest["encoder"]["name"], backend=backend_of(manifest))
-    enc.check_matches(manifest, str(out))
-    enc.batch_size = batch_size
-    params = ChunkParams(**manifest["chunking"])
-    reading = {"corpora": [f for f in folders if plan.changed.get(f)], "limit": None, "documents": plan.changed}
-    _encode_all(db, enc, reading, params, progress, commit_every)
-    index_s = _edit_graph(db, part)
+    try:
+        if not upd["deleted"]:
+            _delete_stale(out, part, db, state)
+        enc = load_encoder(manifest["encoder"]["name"], backend=backend_of(manifest))
+        enc.check_matches(manifest, str(out))
+        enc.batch_size = batch_size
+        params = ChunkParams(**manifest["chunking"])
+        reading = {"corpora": [f for f in folders if plan.changed.get(f)], "limit": None, "documents": plan.changed}
+        _encode_all(db, enc, reading, params, progress, commit_every)
+        index_s = _edit_graph(db, part)
+    except BaseException:
+        db.close()  # an interrupted add (Ctrl-C) leaves no connection that would lock the resume
+        raise
     spec = {k: v for k, v in state.items() if k != "update"}
     _finish(db, part, out, spec, enc.describe(), started, index_s)
     logger.info("updated %s: %s", out, plan.summary())

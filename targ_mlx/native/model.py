@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import mlx.core as mx
@@ -123,15 +123,34 @@ class SharedPrefixCache(KVCache):
 @dataclass
 class _Layer:
     norm_in: mx.array
-    qkv: Packed
+    qkv: list[Packed]  # q|k|v fused; split where their bits differ (see `_fuse`)
     qkv_bias: mx.array | None
     o: Packed
     o_bias: mx.array | None
     norm_post: mx.array
-    gate_up: Packed
+    gate_up: list[Packed]
     gate_up_bias: mx.array | None
     down: Packed
     down_bias: mx.array | None
+
+
+def _fuse(parts: list[Packed]) -> list[Packed]:
+    """Concatenate runs of parts with the same bits. A Q4_K_M file stores q and k in 4 bits and
+    v in 6 (8 here): one fused 8-bit matrix would double q's and k's bytes (and memory reads)."""
+    runs: list[list[Packed]] = []
+    for p in parts:
+        if runs and runs[-1][-1].bits == p.bits:
+            runs[-1].append(p)
+        else:
+            runs.append([p])
+    return [pack.concat(r) for r in runs]
+
+
+def _qlinear(N, x: mx.array, parts: list[Packed], bias: mx.array | None) -> mx.array:
+    if len(parts) == 1:
+        return N.qlinear(x, *parts[0].args(), bias=bias)
+    y = mx.concatenate([N.qlinear(x, *p.args()) for p in parts], axis=-1)
+    return y if bias is None else y + bias
 
 
 def _cat_bias(parts: list[mx.array | None], sizes: list[int]) -> mx.array | None:
@@ -154,7 +173,6 @@ class NativeLM:
         why = unsupported(model)
         if why:
             raise ValueError(f"the CPU kernels do not support this model: {why}")
-        args = model.args
         layers = []
         for blk in model.model.layers:
             at, mlp = blk.self_attn, blk.mlp
@@ -164,15 +182,21 @@ class NativeLM:
             d, db = _linear(mlp.down_proj)
             layers.append(_Layer(
                 norm_in=blk.input_layernorm.weight.astype(mx.float32),
-                qkv=pack.concat([q, k, v]), qkv_bias=_cat_bias([qb, kb, vb], [q.shape[0], k.shape[0], v.shape[0]]),
+                qkv=_fuse([q, k, v]), qkv_bias=_cat_bias([qb, kb, vb], [q.shape[0], k.shape[0], v.shape[0]]),
                 o=o, o_bias=ob, norm_post=blk.post_attention_layernorm.weight.astype(mx.float32),
-                gate_up=pack.concat([g, u]), gate_up_bias=_cat_bias([gb, ub], [g.shape[0], u.shape[0]]),
+                gate_up=_fuse([g, u]), gate_up_bias=_cat_bias([gb, ub], [g.shape[0], u.shape[0]]),
                 down=d, down_bias=db,
             ))
         embed = _embedding(model.model.embed_tokens)
         lm_head = getattr(model, "lm_head", None)
-        head = embed if lm_head is None or getattr(args, "tie_word_embeddings", False) else _linear(lm_head)[0]
-        at0 = model.model.layers[0].self_attn
+        tied = lm_head is None or getattr(model.args, "tie_word_embeddings", False)
+        head = embed if tied else _linear(lm_head)[0]
+        mx.eval([p.q for l in layers for p in l.qkv + l.gate_up])
+        return cls._over(model, ops, layers, embed, head)
+
+    @classmethod
+    def _over(cls, model: nn.Module, ops, layers: list[_Layer], embed: Packed, head: Packed) -> "NativeLM":
+        args, at0 = model.args, model.model.layers[0].self_attn
         head_dim = at0.head_dim if hasattr(at0, "head_dim") else args.hidden_size // args.num_attention_heads
         lm = cls(ops, layers, embed, head, model.model.norm.weight.astype(mx.float32), float(args.rms_norm_eps),
                  at0.n_heads, at0.n_kv_heads, int(head_dim), float(at0.scale), _rope(at0.rope))
@@ -182,11 +206,49 @@ class NativeLM:
         mx.eval(_arrays(lm))
         return lm
 
+    def state(self) -> dict[str, mx.array]:
+        """Every array the kernels read, by name (for `from_state`; the repack cache saves it)."""
+        out = {}
+        tops = {"embed": self.embed} if self.head_w is self.embed else {"embed": self.embed, "head": self.head_w}
+        for i, l in enumerate(self.layers):
+            for f in fields(_Layer):
+                x = getattr(l, f.name)
+                if isinstance(x, list):
+                    tops.update({f"layers.{i}.{f.name}.{j}": p for j, p in enumerate(x)})
+                else:
+                    tops[f"layers.{i}.{f.name}"] = x
+        for name, x in tops.items():
+            if isinstance(x, Packed):
+                out.update({f"{name}.q": x.q, f"{name}.scales": x.scales, f"{name}.biases": x.biases})
+            elif x is not None:
+                out[name] = x
+        return out
+
+    @classmethod
+    def from_state(cls, model: nn.Module, ops, arrays: dict[str, mx.array]) -> "NativeLM":
+        """The engine `build(model)` made, from its `state()`; the model gives only the shapes."""
+        def packed(name: str) -> Packed:
+            q, s = arrays[f"{name}.q"], arrays[f"{name}.scales"]
+            return Packed(q, s, arrays[f"{name}.biases"], int(q.shape[1]) * 8 // (int(s.shape[1]) * pack.QG))
+
+        layers = []
+        for i in range(len(model.model.layers)):
+            kw = {}
+            for f in fields(_Layer):
+                name = f"layers.{i}.{f.name}"
+                if f"{name}.0.q" in arrays:
+                    kw[f.name] = [packed(f"{name}.{j}") for j in range(3) if f"{name}.{j}.q" in arrays]
+                else:
+                    kw[f.name] = packed(name) if f"{name}.q" in arrays else arrays.get(name)
+            layers.append(_Layer(**kw))
+        embed = packed("embed")
+        return cls._over(model, ops, layers, embed, packed("head") if "head.q" in arrays else embed)
+
     @property
     def nbytes(self) -> int:
         total = self.embed.nbytes + (0 if self.head_w is self.embed else self.head_w.nbytes)
         for l in self.layers:
-            total += l.qkv.nbytes + l.o.nbytes + l.gate_up.nbytes + l.down.nbytes
+            total += sum(p.nbytes for p in l.qkv + l.gate_up) + l.o.nbytes + l.down.nbytes
         return total
 
     def _positions(self, c: Any) -> tuple[mx.array, mx.array | None, int]:
@@ -208,7 +270,7 @@ class NativeLM:
         cos, sin = N.rope_table(pos, self.inv_freq, B, L, self.rope_scale)
         for layer, c in zip(self.layers, cache):
             xn = N.rms_norm(x, layer.norm_in, self.eps)
-            qkv = N.qlinear(xn, *layer.qkv.args(), bias=layer.qkv_bias)
+            qkv = _qlinear(N, xn, layer.qkv, layer.qkv_bias)
             q, k, v = N.rope_split(qkv, cos, sin, self.n_heads, self.n_kv_heads, self.head_dim, self.traditional)
             keys, values = c.update_and_fetch(k, v)
             if isinstance(c, SharedPrefixCache):
@@ -217,7 +279,7 @@ class NativeLM:
             else:
                 a = N.attention(q, keys, values, self.scale, pad, hole)
             h = N.qlinear(a, *layer.o.args(), bias=layer.o_bias, residual=x)
-            gu = N.qlinear(N.rms_norm(h, layer.norm_post, self.eps), *layer.gate_up.args(), bias=layer.gate_up_bias)
+            gu = _qlinear(N, N.rms_norm(h, layer.norm_post, self.eps), layer.gate_up, layer.gate_up_bias)
             x = N.qlinear(N.swiglu(gu), *layer.down.args(), bias=layer.down_bias, residual=h)
         return N.rms_norm(x, self.norm, self.eps)
 

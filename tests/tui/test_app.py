@@ -98,9 +98,10 @@ async def test_index_add_searches_your_documents_beside_wikipedia(backbone, retr
     notes = build_index([str(folder)], tmp_path / "notes-index")
     app = chat_app(backbone, retriever, log, tmp_path, gate="always")
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.press(*f"/index add {notes}", "enter")
+        app.run_command(f"/index add {notes}")  # what the prompt runs on Enter (a long tmp path to type)
         await pilot.pause()
-        assert "small + notes-index" in app.query_one(StatusBar).render().plain
+        notes_shown = [n.message for n in app._notifications]
+        assert "small + notes-index" in app.query_one(StatusBar).render().plain, notes_shown
         await ask(app, pilot, rows[0]["question"])
         titles = [p.title for p in app.query_one(SourcesPanel).passages]
         assert titles[0] == "notes/lecture.md", titles
@@ -108,6 +109,50 @@ async def test_index_add_searches_your_documents_beside_wikipedia(backbone, retr
         assert "[1] notes/lecture.md" in answer.render().plain
         row = log.get(answer.decision_id)
         assert row["passages"][0]["title"] == "notes/lecture.md"
+
+
+async def test_answers_while_the_index_builds(backbone, log, tmp_path, small_index_corpus):
+    import io
+    import threading
+
+    from rich.console import Console
+
+    from targ_mlx.index import build_index, open_retriever
+    from targ_mlx.index.background import BuildingIndex
+
+    release = threading.Event()
+
+    def hold_after_first_commit(done, total):
+        if done and not release.is_set():
+            release.wait(600)
+
+    building = BuildingIndex(
+        lambda cb: build_index([str(small_index_corpus)], tmp_path / "idx", progress=cb, commit_every=16),
+        open_retriever, hold_after_first_commit)
+    assistant = Assistant(backbone, building, Settings(gate="always", max_tokens=8, k=4), log=log)
+    app = make_app(assistant, config=Config(db=str(log.path)), config_path=str(tmp_path / "c.toml"))
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await ask(app, pilot, "Who wrote Hamlet?")
+            answer = list(app.query_one(ChatLog).query(MessageView))[-1]
+            pct = f"index building {100 * building.done / building.total:.0f}%"
+            assert answer.text and 0 < building.done < building.total
+            info = app.query_one(DecisionPanel).info
+            assert (info.retrieved, info.note) == (False, pct)
+            shown = Console(width=100, record=True, file=io.StringIO())
+            shown.print(DecisionPanel.render_info(info))
+            assert f"no retrieval: {pct}" in shown.export_text()
+            row = log.get(answer.decision_id)
+            assert row["retrieved"] == 0 and row["extra"]["note"] == pct
+
+            release.set()
+            assert building.wait(600), building.status
+            await ask(app, pilot, "Who wrote Hamlet?")
+            info = app.query_one(DecisionPanel).info
+            assert info.retrieved and info.passages and not info.note
+            assert log.get(info.decision_id)["index_id"] == building.manifest_id
+    finally:
+        release.set()
 
 
 def _logged(log, us, model):

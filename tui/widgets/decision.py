@@ -34,6 +34,7 @@ class DecisionInfo:
     finish: str
     searched: str = ""  # the standalone query retrieval searched, when it differs from the question
     history_turns: int = 0  # earlier turns in the prompt
+    note: str = ""  # why a wanted retrieval did not happen, e.g. "index building 43%"
 
     @classmethod
     def from_answer(cls, ans: Answer, decision_id: int | None = None) -> DecisionInfo:
@@ -42,7 +43,7 @@ class DecisionInfo:
                    ans.score, ans.retrieved, tuple(ans.passages), lat.draft + lat.gate, lat.retrieval,
                    lat.prefill + lat.decode, lat.total,
                    dict(prompt=t.prompt, draft=t.draft, context=t.context, output=t.output), ans.finish_reason,
-                   ans.search_query if ans.search_query != ans.question else "", ans.history_turns)
+                   ans.search_query if ans.search_query != ans.question else "", ans.history_turns, ans.note)
 
     @classmethod
     def from_row(cls, row: dict) -> DecisionInfo:
@@ -58,7 +59,7 @@ class DecisionInfo:
                    dict(prompt=row.get("tok_prompt") or 0, draft=row.get("tok_draft") or 0,
                         context=row.get("tok_context") or 0, output=row.get("tok_output") or 0),
                    row.get("finish_reason") or "", searched if searched != row["query"] else "",
-                   extra.get("history_turns") or 0)
+                   extra.get("history_turns") or 0, extra.get("note", ""))
 
 
 def gauge(u: float | None, tau: float | None, width: int = 24) -> Text:
@@ -98,10 +99,11 @@ class DecisionPanel(Static):
         t.add_column()
         fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
         t.add_row("gate", f"{d.gate} (k={d.k})" if d.k else d.gate)
-        op = ">" if d.retrieved else "≤"
+        op = ">" if d.retrieved or d.note else "≤"
         t.add_row("U vs τ", Text(f"{fmt(d.u)} {op} {fmt(d.tau)}") if d.tau is not None else Text(f"U {fmt(d.u)}"))
         t.add_row("", gauge(d.u, d.tau))
         verdict = (Text(f"retrieved {len(d.passages)} passages", style="bold red") if d.retrieved
+                   else Text(f"no retrieval: {d.note}", style="bold yellow") if d.note
                    else Text("skipped retrieval", style="bold green"))
         t.add_row("decision", verdict)
         if d.searched:

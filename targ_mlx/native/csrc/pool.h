@@ -74,7 +74,10 @@ class Pool {
   }
 
   void loop(int) {
-    unsigned long seen = gen_.load();
+    // Jobs are counted from 0, the count when the workers were made: reading gen_ here instead
+    // would miss a job posted before this thread first ran (seen on a loaded machine), and the
+    // caller would wait for it forever.
+    unsigned long seen = 0;
     for (;;) {
       // Spin a little (a new job usually follows within microseconds), then sleep.
       auto t0 = std::chrono::steady_clock::now();

@@ -1,0 +1,154 @@
+"""GGUF block types as affine groups of 32: w = scale * q + bias, q unsigned 4 or 8 bits.
+
+This is the form MLX's quantized layers and the CPU kernels (`targ_mlx.native.pack`) take, so a
+GGUF tensor in one of these types loads without a float32 copy:
+
+  Q4_0, Q4_1, Q4_K  -> 4 bits, exact (Q4_K: sub-blocks of 32, scale d*sc, bias -dmin*m)
+  Q5_0, Q5_1, Q5_K, Q8_0 -> 8 bits holding the 5- or 8-bit values, exact
+  Q6_K  -> 8 bits per 32, not exact: its sub-blocks of 16 have their own int8 scales. The group's
+           step is a quarter of the larger sub-block's (d*|s|/4), so that sub-block stays exact
+           and the other is rounded to that step (error <= d*max|s|/8, an eighth of a Q6_K step;
+           a group spanning 257 steps, about 1 in 400, has its extreme value clipped by one).
+
+"Exact" holds with float32 scales and biases; `affine()` returns float32 and the caller picks the
+stored precision. Other types (Q2_K, Q3_K, IQ*) return None and are dequantized to float.
+The bit layouts follow gguf-py's `gguf.quants` (and ggml-quants.c); the tests compare every
+type with `gguf.quants.dequantize`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from gguf import GGMLQuantizationType as T
+
+QK_K = 256
+GROUP = 32
+
+
+@dataclass(frozen=True)
+class Affine:
+    vals: np.ndarray  # (N, K) uint8, each value < 2**bits
+    scales: np.ndarray  # (N, K/32) float32
+    biases: np.ndarray  # (N, K/32) float32
+    bits: int
+
+
+def _f16(b: np.ndarray) -> np.ndarray:
+    """(n, 2) bytes -> (n, 1) float32."""
+    return np.ascontiguousarray(b).view(np.float16).astype(np.float32)
+
+
+def _nibbles(qs: np.ndarray, width: int) -> np.ndarray:
+    """(n, width/2 * m) bytes -> (n, m * width): per run of width/2 bytes, low nibbles then high."""
+    n = qs.shape[0]
+    q = qs.reshape(n, -1, 1, width // 2) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)
+    return (q & 0x0F).reshape(n, -1)
+
+
+def _high_bits(qh: np.ndarray, count: int) -> np.ndarray:
+    """Q5_0/Q5_1: a little-endian uint32 per block -> (n, 32) bits."""
+    h = np.ascontiguousarray(qh).view(np.uint32).reshape(-1, 1) >> np.arange(count, dtype=np.uint32)
+    return (h & 1).astype(np.uint8)
+
+
+def _k_scale_min(scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Q4_K/Q5_K: 12 bytes -> 8 six-bit scales and 8 six-bit mins per super-block."""
+    n = scales.shape[0]
+    s = scales.reshape(n, 3, 4)
+    d, m, md = s[:, 0], s[:, 1], s[:, 2]
+    sc = np.concatenate([d & 0x3F, (md & 0x0F) | ((d >> 2) & 0x30)], axis=-1)
+    mn = np.concatenate([m & 0x3F, (md >> 4) | ((m >> 2) & 0x30)], axis=-1)
+    return sc.astype(np.float32), mn.astype(np.float32)
+
+
+def _blocks(raw: np.ndarray, qtype: T) -> tuple[np.ndarray, int]:
+    from gguf.constants import GGML_QUANT_SIZES
+
+    size, nbytes = GGML_QUANT_SIZES[qtype]
+    return np.ascontiguousarray(raw, dtype=np.uint8).reshape(-1, nbytes), size
+
+
+def _legacy(b: np.ndarray, qtype: T) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 blocks of 32 -> (values (n, 32), scale (n, 1), bias (n, 1), bits)."""
+    d = _f16(b[:, 0:2])
+    if qtype == T.Q8_0:
+        return (b[:, 2:].view(np.int8).astype(np.int16) + 128).astype(np.uint8), d, -128 * d, 8
+    if qtype == T.Q4_0:
+        return _nibbles(b[:, 2:], 32), d, -8 * d, 4
+    if qtype == T.Q4_1:
+        return _nibbles(b[:, 4:], 32), d, _f16(b[:, 2:4]), 4
+    if qtype == T.Q5_0:
+        return _nibbles(b[:, 6:], 32) | (_high_bits(b[:, 2:6], 32) << 4), d, -16 * d, 8
+    if qtype == T.Q5_1:
+        return _nibbles(b[:, 8:], 32) | (_high_bits(b[:, 4:8], 32) << 4), d, _f16(b[:, 2:4]), 8
+    raise ValueError(qtype)
+
+
+def _q45k(b: np.ndarray, qtype: T) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Q4_K/Q5_K super-blocks of 256 -> 8 groups of 32 each: (values, scales, biases, bits)."""
+    n = b.shape[0]
+    d, dmin = _f16(b[:, 0:2]), _f16(b[:, 2:4])
+    sc, mn = _k_scale_min(b[:, 4:16])
+    if qtype == T.Q4_K:
+        q, bits = _nibbles(b[:, 16:], 64), 4
+    else:
+        qh = b[:, 16:48].reshape(n, 1, 32) >> np.arange(8, dtype=np.uint8).reshape(1, 8, 1)
+        q, bits = _nibbles(b[:, 48:], 64) | ((qh & 1).reshape(n, -1) << 4), 8
+    return q.reshape(-1, GROUP), (d * sc).reshape(-1, 1), (-dmin * mn).reshape(-1, 1), bits
+
+
+def _q6k(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Q6_K super-blocks of 256 (16 sub-blocks of 16) -> 8 groups of 32 at 8 bits (see module doc)."""
+    n = b.shape[0]
+    ql, qh, sc, d = b[:, :128], b[:, 128:192], b[:, 192:208].view(np.int8), _f16(b[:, 208:210])
+    lo = (ql.reshape(n, -1, 1, 64) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)) & 0x0F
+    hi = (qh.reshape(n, -1, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)) & 0x03
+    q = (lo.reshape(n, -1, 32) | (hi.reshape(n, -1, 32) << 4)).astype(np.float32) - 32  # (n, 8, 32)
+    s = sc.astype(np.float32).reshape(n, 8, 2)  # the two sub-block scales of each group
+    big = np.take_along_axis(s, np.abs(s).argmax(-1)[..., None], -1)  # (n, 8, 1), signed
+    # In units of step = d*|big|/4, sub-block j's values are q * 4 * s_j / |big|: integers for
+    # the larger sub-block, rounded for the other.
+    units = q.reshape(n, 8, 2, 16) * (np.float32(4) * s / np.where(big == 0, 1, np.abs(big)))[..., None]
+    units = np.rint(units, out=units).astype(np.int16).reshape(n * 8, GROUP)
+    lo_u = units.min(-1, keepdims=True)
+    vals = np.clip(units - lo_u, 0, 255).astype(np.uint8)
+    step = (d[:, :, None] * np.abs(big) / 4.0).reshape(-1, 1).astype(np.float32)
+    return vals, step, lo_u.astype(np.float32) * step, 8
+
+
+_LEGACY = (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0)
+SUPPORTED = _LEGACY + (T.Q4_K, T.Q5_K, T.Q6_K)
+
+
+def affine(raw: np.ndarray, qtype: T, shape: tuple[int, int]) -> Affine | None:
+    """A GGUF tensor's raw blocks (as `GGUFReader` gives them) as affine groups of 32, or None
+    if its type has no such form. `shape` is the row-major (N, K)."""
+    if qtype not in SUPPORTED or len(shape) != 2 or shape[1] % GROUP:
+        return None
+    b, _ = _blocks(raw, qtype)
+    if qtype in _LEGACY:
+        vals, s, bias, bits = _legacy(b, qtype)
+    elif qtype == T.Q6_K:
+        vals, s, bias, bits = _q6k(b)
+    else:
+        vals, s, bias, bits = _q45k(b, qtype)
+    n, k = shape
+    return Affine(vals.reshape(n, k), s.reshape(n, k // GROUP).astype(np.float32),
+                  bias.reshape(n, k // GROUP).astype(np.float32), bits)
+
+
+def dequantize(a: Affine) -> np.ndarray:
+    """The float32 matrix `a` stands for (for tests and measurements)."""
+    n, k = a.vals.shape
+    v = a.vals.reshape(n, k // GROUP, GROUP).astype(np.float32)
+    return (v * a.scales[..., None] + a.biases[..., None]).reshape(n, k)
+
+
+def mlx_packed(a: Affine) -> np.ndarray:
+    """Values packed as MLX stores quantized weights: uint32 words, element j at bits bits*(j % w)."""
+    v = a.vals
+    if a.bits == 4:
+        v = v[:, 0::2] | (v[:, 1::2] << 4)
+    return np.ascontiguousarray(v, dtype=np.uint8).view(np.uint32)
