@@ -54,16 +54,22 @@ CONFIG_ENV = "TARG_MLX_CONFIG"
 DB_ENV = "TARG_MLX_DB"
 
 # Shipped thresholds per offline model key (`model_spec.model_key`: the alias for aliases): tau for
-# a 30% retrieval budget, the 0.7 quantile of U over NQ-Open dev questions drafted through
-# `Assistant.answer` with its own defaults (prompt `paper`, k=20, beta=3). `tau_for` reads them
-# after the user's own `[tau."key"]`. Run 2026-11-23 on 31 seeded questions (a machine at load ~25
-# limited it; targ-calibrate needs 30):
-#   python scripts/draft_scores.py --gate margin --n 200 --db runs/draft-scores.db   (stopped at 31 rows)
-#   python -m targ_mlx.calibrate --db runs/draft-scores.db --gate margin --budget 0.3   -> 0.6571
-#   python -m targ_mlx.calibrate --db runs/draft-scores.db --gate entropy --budget 0.3  -> 2.5353
-# The variance gate was not measured, so it shows "not calibrated" until /recalibrate.
+# a 30% retrieval budget, `calibration.budget_threshold(U, 0.3)` per gate over the U at k=20 of the
+# committed eval records results/smollm2-135m/seeded/nq_open/records.jsonl (500 NQ-Open dev
+# questions, `python -m targ_mlx.eval`, prompt `short`, k=20, beta=3, N=5, T=0.7). `tau_for` reads
+# them after the user's own `[tau."key"]`. Computed with
+#   python scripts/ship_tau.py results/smollm2-135m/seeded/nq_open/records.jsonl --budget 0.3
+# (retrieval rate on those questions: entropy 0.300, margin 0.300, variance 0.298: U ties).
+# Those records were drafted with the eval's `short` prompt (few-shot short answers) on the
+# AVX-512 VNNI int8 kernels; the assistant's default prompt is `paper`. Checked on the first 100
+# of those questions through `pipeline.prepare`/`draft_for` on an AVX2 machine (float32): with
+# `short` the prompt is token for token the records' and the rate at these tau is margin 0.31,
+# entropy 0.31 (records: 0.30, 0.35); with `paper`, margin 0.26, entropy 0.29.
+# Values are kept at full precision: budget_threshold returns an observed U.
 CALIBRATED_TAU = MappingProxyType({
-    "smollm2-135m": MappingProxyType({"margin": 0.657, "entropy": 2.535}),
+    "smollm2-135m": MappingProxyType({
+        "entropy": 2.658120708806174, "margin": 0.6684112357126957, "variance": 0.7100000000000002,
+    }),
 })
 
 
