@@ -143,13 +143,18 @@ class Assistant:
             self.index_id = self.index_id or getattr(self._retriever, "manifest_id", None)
         return self._retriever
 
-    def answer(self, question: str, *, on_text: Callable[[str], None] | None = None,
+    def answer(self, question: str, *, history=(), on_text: Callable[[str], None] | None = None,
                cancel: threading.Event | None = None, log_extra: dict | None = None, **overrides) -> Answer:
-        """Answer one question; `on_text` receives the cumulative answer text as it streams."""
+        """Answer one question; `on_text` receives the cumulative answer text as it streams.
+
+        `history`: earlier (question, answer) turns, oldest first; the latest that fit
+        `history_tokens` go into every prompt (the draft's too, so a skip is still Never-RAG).
+        """
         s = replace(self.settings, **overrides) if overrides else self.settings
         bb = self.backbone
         t_start = time.perf_counter()
-        q, base_ids = pipeline.prepare(bb, question, s)
+        turns = pipeline.fit_history(bb, history, s)
+        q, base_ids = pipeline.prepare(bb, question, s, turns)
         stream = _Streamer(bb.tokenizer, on_text)
         lat = dict(draft=0.0, gate=0.0, retrieval=0.0, prefill=0.0, decode=0.0)
         d = pipeline.draft_for(bb, base_ids, s)
@@ -179,10 +184,10 @@ class Assistant:
                 more, dt = continue_greedy(bb, d, s.max_tokens - len(out), cancel, stream.push)
             out += more
             lat["decode"] += dt
-        packed = None
+        packed, searched = None, ""
         if retrieve:
-            packed, lat["retrieval"] = pipeline.retrieve(bb, self.retriever, q, s, len(prefix))
-            more, pre, dec = pipeline.generate_with_context(bb, q, packed, s, prefix, cancel, stream.push)
+            packed, lat["retrieval"], searched = pipeline.retrieve(bb, self.retriever, q, s, len(prefix), turns, cancel)
+            more, pre, dec = pipeline.generate_with_context(bb, q, packed, s, prefix, cancel, stream.push, turns)
             out = (out if prefix else []) + more
             lat["prefill"] += pre
             lat["decode"] += dec
@@ -201,7 +206,7 @@ class Assistant:
                                context=packed.tokens if packed is not None else 0, output=n_out,
                                samples=sum(len(x) for x in d.samples) if d else 0),
             latency=Latency(total=time.perf_counter() - t_start, **lat), finish_reason=finish,
-            rechecked_at=rechecked_at,
+            rechecked_at=rechecked_at, search_query=searched, history_turns=len(turns),
         )
         if self.log is not None:
             index_id = self.index_id or getattr(self._retriever, "manifest_id", None)  # e.g. built meanwhile

@@ -18,6 +18,7 @@ from targ_mlx.defaults import (
     PROMPT_STYLES,
     SCORED_GATES,
 )
+from targ_mlx.errors import QuestionError
 from targ_mlx.flags import add_common_args, index_folders, settings_from_args
 
 logger = logging.getLogger(__name__)
@@ -38,6 +39,8 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     ask.add_argument("--recheck-every", type=int, default=0, help="re-check the gate every m tokens (default 0: off)")
     ask.add_argument("--prompt", choices=PROMPT_STYLES, default="paper",
                      help="paper: the paper's system prompt; short: few-shot short answers (default paper)")
+    ask.add_argument("--chat", metavar="ID", help="continue the saved chat ID (its earlier turns go into the prompt); "
+                     "--json prints the id each answer was saved under (default: a new single-turn chat)")
     ask.add_argument("--no-log", action="store_true", help="do not write the decision log")
     ask.add_argument("--json", action="store_true", help="print the result record as one JSON object")
     return parser
@@ -64,17 +67,26 @@ def ask(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config).merged(model=args.model, db=args.db)
     settings = settings_from_args(args, cfg, model_key(cfg.model))  # fails before the model loads
+    if args.chat and args.no_log:
+        raise QuestionError("--chat continues a chat saved in the decision log; drop --no-log")
     log = None
     if not args.no_log:
         from targ_mlx.decision_log import DecisionLog
 
         log = DecisionLog(cfg.db)
+    history = chat_history(log, args.chat) if args.chat else []
     bb = load_backbone(cfg.model)
-    assistant = Assistant(bb, open_index(index_folders(args.index, cfg.index)), settings, log=log, source="ask", session=uuid.uuid4().hex[:12])
-    ans = assistant.answer(args.question)
+    chat = args.chat or uuid.uuid4().hex[:12]
+    assistant = Assistant(bb, open_index(index_folders(args.index, cfg.index)), settings, log=log, source="ask",
+                          session=chat)
+    ans = assistant.answer(args.question, history=history)
+    if log is not None:  # the transcript, so `--chat ID` can continue it
+        log.add_message(chat, "user", ans.question)
+        log.add_message(chat, "assistant", ans.answer, assistant.last_decision_id)
     if args.json:
         record = ans.to_dict()
         record["tau"] = record["tau"] if ans.gate in SCORED_GATES else None  # never/always: +-inf, not JSON
+        record["chat"] = chat if log is not None else None
         print(json.dumps(record, ensure_ascii=False))
         return 0
     print(ans.answer)
@@ -85,9 +97,24 @@ def ask(args: argparse.Namespace) -> int:
     tau_s = f"{ans.tau:.3f}" if ans.gate in SCORED_GATES else "-"
     print(f"[{ans.gate} U={u} {op} tau={tau_s}: {where}; {lat.total:.2f}s (draft {lat.draft:.2f}, "
           f"retrieval {lat.retrieval:.2f}, generation {lat.prefill + lat.decode:.2f})]", file=sys.stderr)
+    if ans.search_query and ans.search_query != ans.question:
+        print(f"  searched: {ans.search_query}", file=sys.stderr)
     for p in ans.passages:
         print(f"  [{p.score:.3f}] {p.title}", file=sys.stderr)
+    if log is not None:
+        print(f"  chat {chat}: continue with --chat {chat}", file=sys.stderr)
     return 0
+
+
+def chat_history(log, chat: str) -> list:
+    """The saved turns of chat `chat`; a clear error when the log has none."""
+    from targ_mlx.conversation import turns_from_messages
+
+    turns = turns_from_messages(log.messages(chat))
+    if not turns:
+        raise QuestionError(f"no chat {chat!r} in {log.path}; use the id `targ ask --json` printed as \"chat\" "
+                            "(and the same --db)")
+    return turns
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -53,6 +53,26 @@ APP_NAME = "targ-mlx"
 CONFIG_ENV = "TARG_MLX_CONFIG"
 DB_ENV = "TARG_MLX_DB"
 
+# Shipped thresholds per offline model key (`model_spec.model_key`: the alias for aliases): tau for
+# a 30% retrieval budget, `calibration.budget_threshold(U, 0.3)` per gate over the U at k=20 of the
+# committed eval records results/smollm2-135m/seeded/nq_open/records.jsonl (500 NQ-Open dev
+# questions, `python -m targ_mlx.eval`, prompt `short`, k=20, beta=3, N=5, T=0.7). `tau_for` reads
+# them after the user's own `[tau."key"]`. Computed with
+#   python scripts/ship_tau.py results/smollm2-135m/seeded/nq_open/records.jsonl --budget 0.3
+# (retrieval rate on those questions: entropy 0.300, margin 0.300, variance 0.298: U ties).
+# Those records were drafted with the eval's `short` prompt (few-shot short answers) on the
+# AVX-512 VNNI int8 kernels; the assistant's default prompt is `paper`. Checked on the first 100
+# of those questions through `pipeline.prepare`/`draft_for` on an AVX2 machine (float32): with
+# `short` the prompt is token for token the records' and the rate at these tau is margin 0.31,
+# entropy 0.31 (records: 0.30, 0.35); with `paper`, margin 0.26, entropy 0.29.
+# Values are kept at full precision: budget_threshold returns an observed U.
+CALIBRATED_TAU = MappingProxyType({
+    "smollm2-135m": MappingProxyType({
+        "entropy": 2.658120708806174, "margin": 0.6684112357126957, "variance": 0.7100000000000002,
+    }),
+})
+
+
 def default_config_path() -> Path:
     """TARG_MLX_CONFIG, else `config.toml` under the user config dir."""
     env = os.environ.get(CONFIG_ENV)
@@ -105,7 +125,7 @@ class Config:
     )
 
     def tau_for(self, model: str, gate: str) -> float:
-        """The threshold to use: calibrated for (model, gate), else the gate default.
+        """The threshold to use: calibrated for (model, gate) in the file, else shipped, else the gate default.
 
         `never` gives +inf and `always` -inf, so `U > tau` holds never / always.
         """
@@ -117,10 +137,14 @@ class Config:
             raise ValueError(
                 f"Unknown gate: {gate!r}; use one of {', '.join(GATES)}, never, always"
             )
-        calibrated = self.tau_by_model.get(model, {})
-        if gate in calibrated:
-            return float(calibrated[gate])
+        for calibrated in (self.tau_by_model.get(model, {}), CALIBRATED_TAU.get(model, {})):
+            if gate in calibrated:
+                return float(calibrated[gate])
         return float(self.tau.get(gate, DEFAULT_TAU[gate]))
+
+    def tau_calibrated(self, model: str, gate: str) -> bool:
+        """Whether `tau_for(model, gate)` was calibrated for this model (by the user or shipped)."""
+        return gate in self.tau_by_model.get(model, {}) or gate in CALIBRATED_TAU.get(model, {})
 
     def merged(self, **overrides: Any) -> Config:
         """A copy with the given fields replaced, skipping None (a CLI flag not given)."""

@@ -101,6 +101,9 @@ class DecisionLog(Transcript):
         unknown = set(answer.scores) - set(SCORED_GATES)
         if unknown:
             extra = {**(extra or {}), "scores": dict(answer.scores)}
+        if answer.history_turns or (answer.search_query and answer.search_query != answer.question):
+            # A chat turn: what retrieval searched and how many earlier turns the prompt held.
+            extra = {**(extra or {}), "search_query": answer.search_query, "history_turns": answer.history_turns}
         if answer.note:
             extra = {**(extra or {}), "note": answer.note}
         ran = "always" if answer.retrieved else "never"

@@ -8,7 +8,14 @@ from __future__ import annotations
 import argparse
 
 from targ_mlx.config import Config
-from targ_mlx.defaults import DEFAULT_K, DEFAULT_MAX_TOKENS, GATES
+from targ_mlx.defaults import (
+    DEFAULT_HISTORY_TOKENS,
+    DEFAULT_K,
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_REWRITE,
+    GATES,
+    REWRITE_METHODS,
+)
 from targ_mlx.settings import Settings
 
 
@@ -24,6 +31,10 @@ def add_common_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tau", type=float, help="retrieve iff U > tau (default: calibrated value from config, else a placeholder)")
     p.add_argument("--k", type=int, help=f"draft length in tokens (default {DEFAULT_K})")
     p.add_argument("--max-tokens", type=int, help=f"answer length cap (default {DEFAULT_MAX_TOKENS})")
+    p.add_argument("--history-tokens", type=int, help="in a chat: tokens of earlier turns kept in the prompt, "
+                   f"oldest dropped first (default {DEFAULT_HISTORY_TOKENS})")
+    p.add_argument("--rewrite", choices=REWRITE_METHODS, help="in a chat: how a follow-up becomes a standalone "
+                   f"search query (default {DEFAULT_REWRITE})")
 
 
 def settings_from_args(args: argparse.Namespace, cfg: Config, key: str) -> Settings:
@@ -32,7 +43,8 @@ def settings_from_args(args: argparse.Namespace, cfg: Config, key: str) -> Setti
                temperature=getattr(args, "temp", None), seed=getattr(args, "seed", None),
                top_k=getattr(args, "top_k", None), context_tokens=getattr(args, "context_tokens", None),
                recheck_every=getattr(args, "recheck_every", None), prompt_style=getattr(args, "prompt", None))
-    return Settings.from_config(cfg, key, tau=args.tau, gate=args.gate, k=args.k, max_tokens=args.max_tokens, **own)
+    return Settings.from_config(cfg, key, tau=args.tau, gate=args.gate, k=args.k, max_tokens=args.max_tokens,
+                                history_tokens=args.history_tokens, rewrite=args.rewrite, **own)
 
 
 def index_folders(flag: list[str] | None, configured: str | None) -> list[str]:

@@ -13,8 +13,9 @@ import threading
 import time
 from typing import Any, Callable, Sequence
 
-from targ_mlx import gates, prompts
+from targ_mlx import conversation, gates, prompts
 from targ_mlx.backbone import Backbone
+from targ_mlx.conversation import Turn
 from targ_mlx.defaults import RECHECK_GATES, SCORED_GATES
 from targ_mlx.draft import Draft, continue_with_stats, draft, generate
 from targ_mlx.errors import QuestionError
@@ -23,19 +24,28 @@ from targ_mlx.retrieval import Passage
 MAX_QUESTION_CHARS = 20_000  # refuse before tokenizing megabytes of pasted text
 
 
-def prompt_ids(bb: Backbone, question: str, style: str, context: str | None = None) -> list[int]:
-    """Token ids of B(q) (context None) or B(q) + C under the model's chat template."""
-    return bb.tokenizer.chat_ids(prompts.messages(question, context, style))
+def prompt_ids(bb: Backbone, question: str, style: str, context: str | None = None,
+               history: Sequence[Turn] = ()) -> list[int]:
+    """Token ids of B(q) (context None) or B(q) + C under the model's chat template, after the
+    earlier turns of a conversation (`history`, oldest first) if any."""
+    return bb.tokenizer.chat_ids(prompts.messages(question, context, style, history))
 
 
-def prepare(bb: Backbone, question: str, s: Any) -> tuple[str, list[int]]:
-    """The question stripped and checked, and the ids of B(q); one-line errors name the fix."""
+def fit_history(bb: Backbone, history: Sequence, s: Any) -> tuple[Turn, ...]:
+    """The latest (question, answer) turns of `history` that fit `s.history_tokens`."""
+    count = lambda text: len(bb.tokenizer.encode(text))  # noqa: E731
+    return conversation.fit_history([Turn(*t) for t in history], s.history_tokens, count)
+
+
+def prepare(bb: Backbone, question: str, s: Any, history: Sequence[Turn] = ()) -> tuple[str, list[int]]:
+    """The question stripped and checked, and the ids of B(q) (after `history`, the turns kept:
+    the draft and a skipped answer see the same prompt); one-line errors name the fix."""
     q = (question or "").strip()
     if not q:
         raise QuestionError("empty question: type a question to answer")
     if len(q) > MAX_QUESTION_CHARS:
         raise QuestionError(f"question is {len(q):,} characters; the limit is {MAX_QUESTION_CHARS:,}: shorten it")
-    ids = prompt_ids(bb, q, s.prompt_style)
+    ids = prompt_ids(bb, q, s.prompt_style, history=history)
     limit = bb.context_length - s.max_tokens
     if len(ids) > limit:
         raise QuestionError(f"question is {len(ids):,} tokens with its prompt; the model's context window "
@@ -68,29 +78,33 @@ def gate(s: Any, scores: dict[str, float]) -> gates.GateDecision:
     return gates.decide(s.gate, scores.get(s.gate), s.tau)
 
 
-def pack(bb: Backbone, question: str, hits: Sequence[Passage], s: Any, prefix_tokens: int = 0
-         ) -> prompts.PackedContext:
+def pack(bb: Backbone, question: str, hits: Sequence[Passage], s: Any, prefix_tokens: int = 0,
+         history: Sequence[Turn] = ()) -> prompts.PackedContext:
     """Top-K passages cut to L_ctx and to the room the window leaves (never below 0 tokens)."""
-    base = len(prompt_ids(bb, question, s.prompt_style, context=" "))
+    base = len(prompt_ids(bb, question, s.prompt_style, context=" ", history=history))
     room = bb.context_length - base - s.max_tokens - prefix_tokens
     tok = bb.tokenizer
     return prompts.pack_context(hits, max(0, min(s.context_tokens, room)), tok.encode, tok.decode)
 
 
-def retrieve(bb: Backbone, retriever, question: str, s: Any, prefix_tokens: int = 0
-             ) -> tuple[prompts.PackedContext, float]:
-    """Search and pack for one question; returns the context and the seconds it took."""
+def retrieve(bb: Backbone, retriever, question: str, s: Any, prefix_tokens: int = 0,
+             history: Sequence[Turn] = (), cancel: threading.Event | None = None
+             ) -> tuple[prompts.PackedContext, float, str]:
+    """Search and pack for one question; returns the context, the seconds it took (rewriting a
+    follow-up into its standalone form included) and the query searched."""
     t0 = time.perf_counter()
-    packed = pack(bb, question, retriever.search(question, s.top_k), s, prefix_tokens)
-    return packed, time.perf_counter() - t0
+    query = conversation.search_query(question, history, s.rewrite, bb, cancel) if history else question
+    packed = pack(bb, question, retriever.search(query, s.top_k), s, prefix_tokens, history)
+    return packed, time.perf_counter() - t0, query
 
 
 def generate_with_context(bb: Backbone, question: str, packed: prompts.PackedContext, s: Any,
                           prefix: Sequence[int] = (), cancel: threading.Event | None = None,
-                          on_token: Callable[[int], None] | None = None) -> tuple[list[int], float, float]:
-    """Greedy answer to B(q) + C, continuing `prefix` (answer tokens already given) if any;
-    returns (new tokens, prefill seconds, decode seconds)."""
-    ids = prompt_ids(bb, question, s.prompt_style, packed.text or None) + list(prefix)
+                          on_token: Callable[[int], None] | None = None, history: Sequence[Turn] = ()
+                          ) -> tuple[list[int], float, float]:
+    """Greedy answer to B(q) + C (after `history`), continuing `prefix` (answer tokens already
+    given) if any; returns (new tokens, prefill seconds, decode seconds)."""
+    ids = prompt_ids(bb, question, s.prompt_style, packed.text or None, history) + list(prefix)
     return generate(bb, ids, s.max_tokens - len(prefix), cancel, on_token)
 
 

@@ -38,17 +38,22 @@ def _user_turn(question: str, context: str | None) -> str:
     return f"Context:\n{context}\n\nQuestion: {question}"
 
 
-def messages(question: str, context: str | None = None, style: str = "paper") -> list[dict]:
-    """Chat messages for B(q) (context None) or B(q) + C."""
+def _pairs(turns: Sequence[tuple[str, str]]) -> list[dict]:
+    out = []
+    for q, a in turns:
+        out += [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
+    return out
+
+
+def messages(question: str, context: str | None = None, style: str = "paper",
+             history: Sequence[tuple[str, str]] = ()) -> list[dict]:
+    """Chat messages for B(q) (context None) or B(q) + C, after earlier (question, answer) turns."""
     if style not in PROMPT_STYLES:
         raise ValueError(f"prompt style {style!r} unknown; choose one of {', '.join(PROMPT_STYLES)}")
-    if style == "paper":
-        return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": _user_turn(question, context)}]
-    out = [{"role": "system", "content": SHORT_SYSTEM_PROMPT}]
-    for q, a in SHORT_EXAMPLES:
-        out += [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
-    out.append({"role": "user", "content": _user_turn(question, context)})
-    return out
+    system = SYSTEM_PROMPT if style == "paper" else SHORT_SYSTEM_PROMPT
+    examples = SHORT_EXAMPLES if style == "short" else ()
+    return ([{"role": "system", "content": system}] + _pairs(examples) + _pairs(history)
+            + [{"role": "user", "content": _user_turn(question, context)}])
 
 
 def pack_context(passages: Sequence[Passage], budget: int, encode: Callable[[str], list[int]],

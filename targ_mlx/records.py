@@ -58,6 +58,8 @@ class Answer:
     latency: Latency = Latency()
     finish_reason: str = "stop"  # stop (EOS) | length | cancelled
     rechecked_at: int | None = None  # token index at which an optional re-check triggered retrieval
+    search_query: str = ""  # what retrieval searched: the question, or its standalone form in a chat
+    history_turns: int = 0  # earlier turns of the conversation in the prompt
     note: str = ""  # why a retrieval the gate wanted did not happen, e.g. "index building 43%"
 
     def to_dict(self) -> dict:

@@ -17,15 +17,18 @@ from targ_mlx.defaults import (
     DEFAULT_BETA,
     DEFAULT_CONTEXT_TOKENS,
     DEFAULT_GATE,
+    DEFAULT_HISTORY_TOKENS,
     DEFAULT_K,
     DEFAULT_MAX_TOKENS,
     DEFAULT_N_SAMPLES,
     DEFAULT_PROMPT,
+    DEFAULT_REWRITE,
     DEFAULT_TAU,
     DEFAULT_TEMPERATURE,
     DEFAULT_TOP_K,
     GATES,
     PROMPT_STYLES,
+    REWRITE_METHODS,
     SCORED_GATES,
 )
 
@@ -46,6 +49,8 @@ class Settings:
     max_tokens: int = DEFAULT_MAX_TOKENS
     recheck_every: int = 0  # m: re-check the running score every m tokens (0 = single-shot)
     prompt_style: str = DEFAULT_PROMPT
+    history_tokens: int = DEFAULT_HISTORY_TOKENS  # earlier chat turns kept in the prompt
+    rewrite: str = DEFAULT_REWRITE  # how a follow-up becomes a standalone search query
 
     def __post_init__(self):
         if self.gate not in GATES:
@@ -73,6 +78,9 @@ class Settings:
         if self.gate == "variance" and self.n_samples < 2:
             raise ValueError(f"the variance gate needs n_samples >= 2 to compare; got {self.n_samples}: "
                              "pass --n-samples 5")
+        _at_least("history_tokens", self.history_tokens, 0, "--history-tokens 512")
+        if self.rewrite not in REWRITE_METHODS:
+            raise ValueError(f"rewrite {self.rewrite!r} unknown; choose one of {', '.join(REWRITE_METHODS)}")
         if self.prompt_style not in PROMPT_STYLES:
             raise ValueError(f"prompt style {self.prompt_style!r} unknown; choose one of {', '.join(PROMPT_STYLES)}")
 

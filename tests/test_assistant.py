@@ -110,3 +110,35 @@ def test_recheck_retrieves_once_midway(assistant_factory, small_index_dir):
         assert r.retrieved and r.passages and r.rechecked_at > 2
     else:
         assert not r.retrieved and r.answer == first.answer
+
+
+MONA_LISA = [("who painted the mona lisa", "The Mona Lisa was painted by Leonardo da Vinci.")]
+
+
+def test_skip_is_never_within_a_conversation(assistant_factory):
+    a = assistant_factory(gate="margin", tau=1.0)
+    q = "when was he born?"
+    gated, never = a.answer(q, history=MONA_LISA), a.answer(q, history=MONA_LISA, gate="never")
+    alone = a.answer(q, gate="never")
+    assert not gated.retrieved and gated.answer == never.answer
+    assert gated.tokens.output == never.tokens.output and gated.history_turns == never.history_turns == 1
+    assert gated.tokens.prompt == never.tokens.prompt > alone.tokens.prompt  # the draft saw the history
+    assert "leonardo" in never.answer.lower()  # the model answers about the painter, not "he" alone
+
+
+def test_history_budget_drops_turns(assistant_factory):
+    a = assistant_factory(gate="never")
+    assert a.answer("when was he born?", history=MONA_LISA, history_tokens=0).history_turns == 0
+    long = [("q" * 10, "a " * 300)] + MONA_LISA  # the older, long turn does not fit 100 tokens
+    assert a.answer("when was he born?", history=long, history_tokens=100).history_turns == 1
+
+
+def test_follow_up_searches_a_standalone_query(assistant_factory, small_index_dir):
+    from targ_mlx.index import open_retriever
+
+    a = assistant_factory(retriever=open_retriever(small_index_dir), gate="always", max_tokens=4)
+    first = a.answer(MONA_LISA[0][0])
+    assert first.search_query == first.question and first.history_turns == 0
+    follow = a.answer("when was he born?", history=MONA_LISA)
+    assert follow.retrieved and "mona lisa" in follow.search_query.lower()
+    assert follow.search_query.endswith("when was he born?")

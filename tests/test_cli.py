@@ -78,3 +78,28 @@ def test_importing_the_package_does_no_work():
     code = ("import sys, targ_mlx, targ_mlx._blas as b, targ_mlx.config, targ_mlx.settings, targ_mlx.decision_log; "
             "assert 'mlx.core' not in sys.modules, 'mlx'; assert b.BLAS_STATUS == 'not attempted', b.BLAS_STATUS")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_ask_continues_a_saved_chat(tmp_path, capsys, backbone):
+    db = str(tmp_path / "log.db")
+    common = ["--gate", "never", "--max-tokens", "12", "--db", db, "--json"]
+    assert main(["ask", "who painted the mona lisa", *common]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert first["chat"] and first["history_turns"] == 0
+    assert main(["ask", "when was he born?", "--chat", first["chat"], *common]) == 0
+    second = json.loads(capsys.readouterr().out)
+    assert second["chat"] == first["chat"] and second["history_turns"] == 1
+    assert second["tokens"]["prompt"] > 40  # the first turn is in the prompt
+    # Without --chat, ask stays single-turn: a new chat id and no history.
+    assert main(["ask", "when was he born?", *common]) == 0
+    alone = json.loads(capsys.readouterr().out)
+    assert alone["chat"] != first["chat"] and alone["history_turns"] == 0
+    assert alone["tokens"]["prompt"] < second["tokens"]["prompt"]
+
+
+def test_unknown_chat_is_one_clear_line(tmp_path, capsys):
+    rc = main(["ask", "when was he born?", "--chat", "nosuchchat", "--db", str(tmp_path / "log.db")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("error: no chat 'nosuchchat' in") and err.count("\n") == 1
+    rc = main(["ask", "when was he born?", "--chat", "abc", "--no-log"])
+    assert rc == 2 and "drop --no-log" in capsys.readouterr().err

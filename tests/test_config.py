@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from targ_mlx.config import (
+    CALIBRATED_TAU,
     DEFAULT_TAU,
     Config,
     default_config_path,
@@ -40,7 +41,33 @@ def test_defaults():
         32,
     )
     assert cfg.index is None
-    assert cfg.tau_for("smollm2-135m", "margin") == DEFAULT_TAU["margin"]
+    assert cfg.tau_for("other-model", "margin") == DEFAULT_TAU["margin"]
+
+
+def test_default_model_ships_a_calibrated_tau(tmp_path):
+    cfg = Config()
+    for gate in ("entropy", "margin", "variance"):
+        assert cfg.tau_calibrated("smollm2-135m", gate)
+        assert cfg.tau_for("smollm2-135m", gate) == CALIBRATED_TAU["smollm2-135m"][gate] != DEFAULT_TAU[gate]
+        assert not cfg.tau_calibrated("/models/other.gguf", gate)  # not measured: flagged in the app
+    # The user's own calibration (targ-calibrate --write) wins over the shipped value.
+    user = load_config(write(tmp_path / "c.toml", '[tau."smollm2-135m"]\nmargin = 0.9\n'))
+    assert user.tau_for("smollm2-135m", "margin") == 0.9 and user.tau_calibrated("smollm2-135m", "margin")
+
+
+def test_shipped_tau_is_the_budget_threshold_of_the_committed_records(capsys):
+    """CALIBRATED_TAU["smollm2-135m"] is what scripts/ship_tau.py prints for the records it names."""
+    import importlib.util
+
+    root = Path(__file__).parents[1]
+    spec = importlib.util.spec_from_file_location("ship_tau", root / "scripts" / "ship_tau.py")
+    ship_tau = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ship_tau)
+    records = root / "results" / "smollm2-135m" / "seeded" / "nq_open" / "records.jsonl"
+    assert ship_tau.main([str(records), "--budget", "0.3"]) == 0
+    printed = {line.split(":")[0]: float(line.split("tau ")[1].split()[0])
+               for line in capsys.readouterr().out.splitlines() if " tau " in line}
+    assert printed == dict(CALIBRATED_TAU["smollm2-135m"])
 
 
 def test_config_is_frozen():

@@ -378,3 +378,12 @@ def test_a_log_written_before_the_split_opens_unchanged(tmp_path):
         old.feedback(new_id, "wrong")
         old.add_message("s1", "assistant", "again", new_id)
         assert old.count() == len(want["rows"]) + 1
+
+
+def test_chat_turn_keeps_searched_query_and_history(log):
+    ans = answer(question="when was he born?", search_query="who painted the mona lisa when was he born?",
+                 history_turns=1)
+    row = log.get(log.record(ans, source="chat", session="s"))
+    assert row["extra"] == {"search_query": "who painted the mona lisa when was he born?", "history_turns": 1}
+    plain = log.get(log.record(answer(search_query="who wrote 'Middlemarch'?"), source="chat", session="s"))
+    assert plain["extra"] is None  # a single-turn answer searched as asked adds nothing

@@ -107,7 +107,7 @@ LAYERS = (
      "targ_mlx.prompts", "targ_mlx.tokenizer", "targ_mlx.gguf", "targ_mlx.repack", "targ_mlx.index"),
     ("targ_mlx.settings", "targ_mlx.transcript", "targ_mlx.sampling", "targ_mlx.engine"),
     ("targ_mlx.decision_log", "targ_mlx.backbone"),
-    ("targ_mlx.draft", "targ_mlx.batch", "targ_mlx.calibration_rows"),
+    ("targ_mlx.draft", "targ_mlx.batch", "targ_mlx.calibration_rows", "targ_mlx.conversation"),
     ("targ_mlx.pipeline",),
     ("targ_mlx.assistant", "targ_mlx.eval"),
     ("targ_mlx.flags",),

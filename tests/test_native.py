@@ -184,6 +184,30 @@ def test_backbone_runs_on_the_kernels(backbone):
     assert backbone.info["kernels"].startswith("targ_mlx.native on")
 
 
+def test_every_array_is_evaluated_on_the_loading_thread(N, mlx_backbone):
+    """A lazy array first evaluated from another thread (the chat app's answer worker) raises
+    MLX's 'There is no Stream(cpu, 0) in current thread'. The fused qkv/gate_up parts sit in
+    lists (layers[i].qkv[j].scales): build must reach them too."""
+    import threading
+
+    from targ_mlx.native.model import NativeLM
+
+    lm = NativeLM.build(mlx_backbone.model, N)
+    errors = []
+
+    def read_all():
+        for name, a in lm.state().items():
+            try:
+                np.array(a)
+            except RuntimeError as e:
+                errors.append(f"{name}: {e}")
+
+    t = threading.Thread(target=read_all)
+    t.start()
+    t.join()
+    assert errors == []
+
+
 def test_model_matches_mlx_lm_on_the_same_weights(backbone, mlx_backbone):
     """Same Q4_1 weights; on CPUs with AVX512-VNNI the kernels quantize activations to int8 per
     group of 32 (as llama.cpp does), which moves the next-token distribution by a KL of

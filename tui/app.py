@@ -22,10 +22,12 @@ from textual.widgets import Footer, Label, ProgressBar, Static, TextArea
 
 from targ_mlx.assistant import Assistant
 from targ_mlx.config import Config, load_config
+from targ_mlx.conversation import turns_from_messages
 from targ_mlx.decision_log import DecisionLog
 from tui import commands
 from tui.messages import AnswerDone, AnswerText, Loaded, LoadProgress
 from tui.slash import SlashCommands
+from tui.tau_note import tau_note
 from tui.widgets import ChatLog, DecisionInfo, DecisionPanel, MessageView, PromptArea, SourcesPanel, StatusBar
 
 # loader(progress) -> (assistant, index label, notice); progress(stage, done, total)
@@ -154,7 +156,8 @@ class ChatApp(SlashCommands, App):
             model=a.backbone.model_id if a else "loading", index=index, gate=s.gate if s else "-",
             tau=s.tau if s and s.scored else None, k=s.k if s else 0,
             retrieved=self.retrieved, answered=self.answered,
-            state=state or ("generating…" if self.generating else ""))
+            state=state or ("generating…" if self.generating else ""), tau_note=tau_note(a, self.decisions),
+            history_tokens=s.history_tokens if s else None)
 
     # -- history -------------------------------------------------------------------------
 
@@ -210,18 +213,21 @@ class ChatApp(SlashCommands, App):
         self.query_one(PromptArea).clear()
         chat = self.query_one(ChatLog)
         chat.add("user", event.text)
-        if self.decisions is not None:
+        history = []
+        if self.decisions is not None:  # the conversation so far, from the transcript in the log
+            history = turns_from_messages(self.decisions.messages(self.session))
             self.decisions.add_message(self.session, "user", event.text)
         self._view = chat.add("assistant")
         self.cancel_event = threading.Event()
         self.generating = True
         self._status()
-        self.generate(event.text, self.cancel_event)
+        self.generate(event.text, self.cancel_event, history)
 
     @work(thread=True, exclusive=True, group="generate")
-    def generate(self, question: str, cancel: threading.Event) -> None:
+    def generate(self, question: str, cancel: threading.Event, history=()) -> None:
         try:
-            ans = self.assistant.answer(question, on_text=lambda t: self.post_message(AnswerText(t)), cancel=cancel)
+            ans = self.assistant.answer(question, history=history, cancel=cancel,
+                                        on_text=lambda t: self.post_message(AnswerText(t)))
         except Exception as e:  # e.g. a QuestionError or a missing index: shown in the chat
             self.post_message(AnswerDone(None, None, e))
             return

@@ -57,7 +57,7 @@ def time_question(bb: Backbone, retriever, item: QAItem, never_answer: str, s: R
     dv = draft(bb, ids, k, s.n_samples, s.temperature, s.seed)
     t_dv = dv.prefill_s + dv.decode_s
     _, t_cv = continue_greedy(bb, dv, s.max_tokens - len(dv.tokens))
-    packed, t_ret = pipeline.retrieve(bb, retriever, q, s)
+    packed, t_ret, _ = pipeline.retrieve(bb, retriever, q, s)
     _, pre, dec = pipeline.generate_with_context(bb, q, packed, s)
     head = probes.crag_head(tok, packed.text, s.crag_tokens)
     return LatencySample(

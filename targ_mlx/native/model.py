@@ -290,8 +290,9 @@ class NativeLM:
         return self.head(self.hidden(tokens, cache))
 
 
-def _arrays(obj, depth: int = 4) -> list[mx.array]:
-    """The mx.arrays held by `obj` (its fields, lists and tuples, `depth` levels down)."""
+def _arrays(obj, depth: int = 5) -> list[mx.array]:
+    """The mx.arrays held by `obj` (its fields, lists and tuples, `depth` levels down). The
+    deepest are a layer's split parts: NativeLM.layers[i].qkv[j].scales is 5 levels down."""
     if isinstance(obj, mx.array):
         return [obj]
     if depth == 0:

@@ -32,6 +32,8 @@ class DecisionInfo:
     total_s: float
     tokens: dict  # prompt, draft, context, output
     finish: str
+    searched: str = ""  # the standalone query retrieval searched, when it differs from the question
+    history_turns: int = 0  # earlier turns in the prompt
     note: str = ""  # why a wanted retrieval did not happen, e.g. "index building 43%"
 
     @classmethod
@@ -41,20 +43,23 @@ class DecisionInfo:
                    ans.score, ans.retrieved, tuple(ans.passages), lat.draft + lat.gate, lat.retrieval,
                    lat.prefill + lat.decode, lat.total,
                    dict(prompt=t.prompt, draft=t.draft, context=t.context, output=t.output), ans.finish_reason,
-                   ans.note)
+                   ans.search_query if ans.search_query != ans.question else "", ans.history_turns, ans.note)
 
     @classmethod
     def from_row(cls, row: dict) -> DecisionInfo:
         """From `DecisionLog.get(id)`; passages carry no text (the log keeps key, title, score)."""
         passages = tuple(PassageRef(p["key"], p["title"], p["score"]) for p in row.get("passages") or [])
         f = lambda name: row.get(name) or 0.0  # noqa: E731
+        extra = row.get("extra") or {}
+        searched = extra.get("search_query") or ""
         return cls(row["id"], row["model"], row["gate"], row.get("k"),
                    row.get("tau") if row["gate"] in SCORED_GATES else None, row.get("u"),
                    bool(row["retrieved"]), passages, f("lat_draft") + f("lat_gate"), f("lat_retrieval"),
                    f("lat_prefill") + f("lat_decode"), f("lat_total"),
                    dict(prompt=row.get("tok_prompt") or 0, draft=row.get("tok_draft") or 0,
                         context=row.get("tok_context") or 0, output=row.get("tok_output") or 0),
-                   row.get("finish_reason") or "", (row.get("extra") or {}).get("note", ""))
+                   row.get("finish_reason") or "", searched if searched != row["query"] else "",
+                   extra.get("history_turns") or 0, extra.get("note", ""))
 
 
 def gauge(u: float | None, tau: float | None, width: int = 24) -> Text:
@@ -101,6 +106,10 @@ class DecisionPanel(Static):
                    else Text(f"no retrieval: {d.note}", style="bold yellow") if d.note
                    else Text("skipped retrieval", style="bold green"))
         t.add_row("decision", verdict)
+        if d.searched:
+            t.add_row("searched", Text(d.searched, style="italic"))
+        if d.history_turns:
+            t.add_row("history", f"{d.history_turns} earlier turn{'s' if d.history_turns > 1 else ''} in the prompt")
         t.add_row("latency", f"draft {d.draft_s:.2f}s · retrieval {d.retrieval_s:.2f}s · "
                              f"generation {d.generation_s:.2f}s · total {d.total_s:.2f}s")
         tk = d.tokens

@@ -1,0 +1,74 @@
+"""History budgeting and standalone search queries, on real TREC CAsT turns and the real SmolLM2."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from targ_mlx.conversation import (
+    TURN_OVERHEAD_TOKENS,
+    Turn,
+    clean_rewrite,
+    fit_history,
+    model_rewrite,
+    questions_query,
+    search_query,
+    turns_from_messages,
+)
+from targ_mlx.decision_log import DecisionLog
+
+CAST = [json.loads(line) for line in (Path(__file__).parent / "fixtures" / "cast_turns.jsonl").open()]
+
+
+def words(text: str) -> int:
+    return len(text.split())
+
+
+def test_fit_history_drops_oldest_first():
+    turns = [Turn("one two", "three"), Turn("four", "five six"), Turn("seven", "eight nine")]
+    per_turn = 3 + TURN_OVERHEAD_TOKENS  # 3 words each in this count
+    assert fit_history(turns, 3 * per_turn, words) == tuple(turns)
+    assert fit_history(turns, 2 * per_turn, words) == tuple(turns[1:])
+    assert fit_history(turns, 2 * per_turn - 1, words) == (turns[2],)
+    assert fit_history(turns, 0, words) == ()
+
+
+def test_turns_from_a_saved_transcript():
+    with DecisionLog(":memory:") as log:
+        for role, text in [("user", "who painted the mona lisa"), ("assistant", "Leonardo da Vinci."),
+                           ("system", "/help text"), ("user", "when was he born?"), ("assistant", "In 1452."),
+                           ("user", "left unanswered")]:
+            log.add_message("s1", role, text)
+        turns = turns_from_messages(log.messages("s1"))
+    assert turns == [Turn("who painted the mona lisa", "Leonardo da Vinci."), Turn("when was he born?", "In 1452.")]
+
+
+@pytest.mark.parametrize("row", [r for r in CAST if r["history"]], ids=lambda r: r["id"])
+def test_questions_form_carries_the_topic(row):
+    history = [Turn(q, "") for q in row["history"]]
+    query = questions_query(row["question"], history)
+    assert query.endswith(row["question"]) and row["history"][-1] in query
+    assert search_query(row["question"], history, "questions") == query
+    assert search_query(row["question"], history, "none") == row["question"]
+
+
+def test_first_turn_is_searched_as_asked():
+    first = CAST[0]
+    assert not first["history"]
+    assert search_query(first["question"], [], "questions") == first["question"]
+
+
+def test_clean_rewrite_strips_labels_and_falls_back():
+    assert clean_rewrite(' Rewritten question: "Is throat cancer treatable?"\nmore', "q") == "Is throat cancer treatable?"
+    assert clean_rewrite("  \n", "is it treatable?") == "is it treatable?"
+
+
+def test_bad_method_is_named():
+    with pytest.raises(ValueError, match="rewrite method 'llm' unknown"):
+        search_query("is it treatable?", [Turn("what is throat cancer?", "")], "llm")
+
+
+def test_model_rewrite_is_one_short_line(backbone):
+    row = CAST[1]  # "Is it treatable?" after "What is throat cancer?"
+    out = model_rewrite(backbone, row["question"], [Turn(q, "") for q in row["history"]])
+    assert out and "\n" not in out and len(backbone.tokenizer.encode(out)) <= 32

@@ -1,0 +1,122 @@
+"""The chat app carries the conversation: follow-ups search a standalone query, the panel shows
+it, and the status bar says whether tau was calibrated for the model (real app, model, index)."""
+
+import io
+import json
+from dataclasses import replace
+
+import pytest
+from rich.console import Console
+
+from targ_mlx.assistant import Assistant, Settings
+from targ_mlx.config import CALIBRATED_TAU, DEFAULT_MODEL, Config
+from targ_mlx.decision_log import DecisionLog
+from tui.app import make_app
+from tui.widgets import ChatLog, DecisionPanel, MessageView, SourcesPanel, StatusBar
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+SIZE = (120, 36)
+PAINTING = ("Mona Lisa", "Leonardo da Vinci")
+DISTRACTORS = 30  # other real vital-articles leads in the index
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def art_retriever(tmp_path_factory):
+    """A real index over vital-articles leads: the Mona Lisa's, Leonardo's and 30 others."""
+    from targ_mlx.index import build_index, open_retriever
+    from targ_mlx.index.corpus import read_vital_articles
+
+    rows = []
+    for a in read_vital_articles():
+        if a.title in PAINTING or len(rows) < DISTRACTORS:
+            rows.append({"id": a.id, "title": a.title, "text": a.text})
+    assert {r["title"] for r in rows} >= set(PAINTING)
+    folder = tmp_path_factory.mktemp("art")
+    corpus = folder / "art.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return open_retriever(build_index([str(corpus)], folder / "index"))
+
+
+@pytest.fixture
+def log(tmp_path):
+    with DecisionLog(tmp_path / "chat.db") as log:
+        yield log
+
+
+def chat_app(backbone, retriever, log, tmp_path, **settings):
+    assistant = Assistant(backbone, retriever, Settings(**{"max_tokens": 8, "k": 4, **settings}), log=log)
+    return make_app(assistant, config=Config(db=str(log.path)), config_path=str(tmp_path / "config.toml"),
+                    index_label="art")
+
+
+async def ask(app, pilot, question: str) -> None:
+    await pilot.press(*question, "enter")
+    await app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+async def test_follow_up_searches_a_standalone_query_and_the_panel_shows_it(backbone, art_retriever, log,
+                                                                            tmp_path):
+    app = chat_app(backbone, art_retriever, log, tmp_path, gate="always")
+    async with app.run_test(size=SIZE) as pilot:
+        await ask(app, pilot, "who painted the mona lisa")
+        await ask(app, pilot, "when was he born?")
+        first, second = app.query_one(ChatLog).answers()
+        row = log.get(second.decision_id)
+        searched = row["extra"]["search_query"]
+        assert "mona lisa" in searched.lower() or "leonardo" in searched.lower()
+        assert row["extra"]["history_turns"] == 1 and row["query"] == "when was he born?"
+        assert "Leonardo da Vinci" in [p.title for p in app.query_one(SourcesPanel).passages]
+        panel = app.query_one(DecisionPanel)
+        assert panel.info.searched == searched
+        assert f"searched {searched}" in panel_text(panel)
+        assert "history 512 tok" in app.query_one(StatusBar).render().plain
+        # The first question was searched as asked, so its panel shows no searched line.
+        assert log.get(first.decision_id).get("extra") is None
+        first.focus()  # selecting an answer shows its decision
+        await pilot.pause()
+        assert panel.info.decision_id == first.decision_id and "searched" not in panel_text(panel)
+
+    # Reopened from the log, the answer's panel still shows what was searched.
+    again = chat_app(backbone, art_retriever, log, tmp_path)
+    async with again.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert again.query_one(DecisionPanel).info.searched == searched
+
+
+def panel_text(panel: DecisionPanel) -> str:
+    """The decision panel as the screen shows it (its Rich table), one line per row."""
+    console = Console(width=200, file=io.StringIO(), record=True)
+    console.print(DecisionPanel.render_info(panel.info))
+    return " ".join(console.export_text().split())
+
+
+def status_for(app) -> str:
+    return app.query_one(StatusBar).render().plain
+
+
+async def test_status_bar_says_whether_tau_is_calibrated(backbone, art_retriever, log, tmp_path):
+    cfg = Config()
+    assert backbone.model_id == DEFAULT_MODEL
+    tau = cfg.tau_for(DEFAULT_MODEL, "margin")
+    assert tau == CALIBRATED_TAU[DEFAULT_MODEL]["margin"]
+    app = chat_app(backbone, art_retriever, log, tmp_path, gate="margin", tau=tau)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert f"τ {tau:.3f} │" in status_for(app) and "not calibrated" not in status_for(app)
+
+    # The same weights under another model key: no shipped tau, so the placeholder is flagged.
+    other = replace(backbone, model_id="/models/my-finetune.gguf")
+    placeholder = cfg.tau_for(other.model_id, "margin")
+    app = chat_app(other, art_retriever, log, tmp_path, gate="margin", tau=placeholder)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert "not calibrated for this model: /recalibrate after 30 answers (0/30)" in status_for(app)
+        await pilot.press(*"/tau 0.5", "enter")  # a tau the user chose is not flagged
+        await pilot.pause()
+        assert "τ 0.500 │" in status_for(app) and "not calibrated" not in status_for(app)
