@@ -67,11 +67,11 @@ def main(argv: list[str] | None = None) -> int:
         raw, _ = gguf.read_gguf(path, keep_blocks=True)
         flat = gguf._rename(raw)
         del raw
-        for name in [n for n in flat if n.endswith(".weight")]:  # one at a time: bounded memory
-            part = {k: flat[k] for k in (name, name[:-6] + "scales", name[:-6] + "biases") if k in flat}
-            w = gguf.dequantize_all(part, mx.float32)[name]
+        for tname in [n for n in flat if n.endswith(".weight")]:  # one at a time: bounded memory
+            part = {k: flat[k] for k in (tname, tname[:-6] + "scales", tname[:-6] + "biases") if k in flat}
+            w = gguf.dequantize_all(part, mx.float32)[tname]
             mx.eval(w)
-            bb.model.load_weights([(name, w)], strict=False)
+            bb.model.load_weights([(tname, w)], strict=False)
         del flat
         _, outs = run(bb, seqs, args.tokens, tokens)
         agree = float(np.mean([(np.array(mx.argmax(o, -1)) == tokens[:, i]).mean() for i, o in enumerate(outs)]))

@@ -199,7 +199,7 @@ def build_index(
         reuse: finished index folders (same encoder) whose vectors are taken for identical chunks
             instead of encoding them again.
         backend: encoder backend, "torch" or "onnx-int8"; None: that of the index or unfinished
-            build already in `out`, else `encoder.default_backend` (onnx-int8 for the default model).
+            build already in `out`, else `encoder.default_backend` (torch).
 
     Returns:
         `out`, holding vectors.usearch, passages.db and manifest.json.
