@@ -70,6 +70,12 @@ CALIBRATED_TAU = MappingProxyType({
     "smollm2-135m": MappingProxyType({
         "entropy": 2.658120708806174, "margin": 0.6684112357126957, "variance": 0.7100000000000002,
     }),
+    # Provisional: only 60 questions (TriviaQA dev, clean index) have records for this model so far:
+    #   python scripts/ship_tau.py results/qwen2.5-coder-1.5b/clean/triviaqa/records.jsonl --budget 0.3
+    # (retrieval rate 0.300 for each gate on those 60; prompt `short`, AVX2 kernels).
+    "qwen2.5-coder-1.5b": MappingProxyType({
+        "entropy": 2.335696093738079, "margin": 0.5551416010977793, "variance": 0.20999999999999996,
+    }),
 })
 
 

@@ -55,19 +55,27 @@ def test_default_model_ships_a_calibrated_tau(tmp_path):
     assert user.tau_for("smollm2-135m", "margin") == 0.9 and user.tau_calibrated("smollm2-135m", "margin")
 
 
-def test_shipped_tau_is_the_budget_threshold_of_the_committed_records(capsys):
-    """CALIBRATED_TAU["smollm2-135m"] is what scripts/ship_tau.py prints for the records it names."""
+SHIPPED_FROM = {  # model key -> the committed eval records its shipped tau comes from
+    "smollm2-135m": ("smollm2-135m", "seeded", "nq_open"),
+    "qwen2.5-coder-1.5b": ("qwen2.5-coder-1.5b", "clean", "triviaqa"),
+}
+
+
+@pytest.mark.parametrize("model", sorted(SHIPPED_FROM))
+def test_shipped_tau_is_the_budget_threshold_of_the_committed_records(model, capsys):
+    """CALIBRATED_TAU[model] is what scripts/ship_tau.py prints for the records it names."""
     import importlib.util
 
     root = Path(__file__).parents[1]
     spec = importlib.util.spec_from_file_location("ship_tau", root / "scripts" / "ship_tau.py")
     ship_tau = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ship_tau)
-    records = root / "results" / "smollm2-135m" / "seeded" / "nq_open" / "records.jsonl"
+    records = root.joinpath("results", *SHIPPED_FROM[model], "records.jsonl")
     assert ship_tau.main([str(records), "--budget", "0.3"]) == 0
     printed = {line.split(":")[0]: float(line.split("tau ")[1].split()[0])
                for line in capsys.readouterr().out.splitlines() if " tau " in line}
-    assert printed == dict(CALIBRATED_TAU["smollm2-135m"])
+    assert printed == dict(CALIBRATED_TAU[model])
+    assert set(SHIPPED_FROM) == set(CALIBRATED_TAU)  # every shipped tau names its records here
 
 
 def test_config_is_frozen():
