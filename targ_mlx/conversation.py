@@ -17,8 +17,14 @@ TURN_OVERHEAD_TOKENS = 10  # chat-template markers around one user + one assista
 REWRITE_MAX_TOKENS = 32
 # The cheap form keeps every earlier question of the history the prompt keeps (already cut to the
 # history budget, so bounded): on TREC CAsT it found more of what the manual rewrites find than the
-# last 1 or 2 questions (recall@20 0.645 vs 0.570 / 0.534 on the turns that need a rewrite) and
-# more than SmolLM2's own rewrite (BENCHMARKS.md, "Standalone retrieval queries").
+# last 1 or 2 questions (recall@20 0.645 vs 0.570 / 0.534 on the turns that need a rewrite, index
+# clean-minilm) and more than SmolLM2's own rewrite. On the default index (vital-articles-minilm),
+# with SmolLM2's own closed-book answers to the earlier questions, it still beats adding the last
+# answer on the 524 turns that need a rewrite: recall@20 0.671 vs 0.655 (last answer + question) and
+# 0.624 (all questions + last answer), overlap@5 0.409 vs 0.384 / 0.364; so `answer_query` (last
+# answer + question) is an option (--rewrite answer), not the default, although only the forms with
+# the answer find "Leonardo da Vinci" for "when was he born?" after "who painted the mona lisa"
+# (BENCHMARKS.md, "Standalone retrieval queries").
 QUESTIONS_KEPT: int | None = None
 
 REWRITE_SYSTEM = ("Rewrite the user's last question so that it can be understood without the conversation: "
@@ -75,6 +81,16 @@ def questions_query(question: str, history: Sequence[Turn], kept: int | None = Q
     return " ".join(earlier + [question.strip()])
 
 
+def answer_query(question: str, history: Sequence[Turn], kept: int | None = 0) -> str:
+    """The cheap form with the previous turn's answer: the last `kept` earlier questions (default
+    none; None: all), the last answer, then the current question. A pronoun that stands for what was
+    answered ("he" after "who painted the mona lisa?") then has its name in the query; an empty answer
+    adds nothing."""
+    last = history[-1].answer.strip() if history else ""
+    head = questions_query("", history, kept).strip()
+    return " ".join(part for part in (head, last, question.strip()) if part)
+
+
 def rewrite_messages(question: str, history: Sequence[Turn]) -> list[dict]:
     """Chat messages asking the model for a standalone form of `question`."""
 
@@ -118,8 +134,8 @@ def search_query(question: str, history: Sequence[Turn], method: str = DEFAULT_R
     """What retrieval searches for: `question` itself without history, else its standalone form.
 
     Args:
-        method: "model" (the backbone rewrites it), "questions" (earlier questions + this one)
-            or "none" (the question as asked).
+        method: "model" (the backbone rewrites it), "questions" (earlier questions + this one),
+            "answer" (the last answer + this one) or "none" (the question as asked).
         backbone: needed for "model".
     """
     if method not in REWRITE_METHODS:
@@ -128,6 +144,8 @@ def search_query(question: str, history: Sequence[Turn], method: str = DEFAULT_R
         return question
     if method == "questions":
         return questions_query(question, history)
+    if method == "answer":  # without an answer (e.g. a cancelled one), the questions form
+        return answer_query(question, history) if history[-1].answer.strip() else questions_query(question, history)
     if backbone is None:
         raise ValueError("rewrite method 'model' needs the backbone")
     return model_rewrite(backbone, question, history, cancel=cancel)

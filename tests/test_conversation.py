@@ -8,6 +8,7 @@ import pytest
 from targ_mlx.conversation import (
     TURN_OVERHEAD_TOKENS,
     Turn,
+    answer_query,
     clean_rewrite,
     fit_history,
     model_rewrite,
@@ -51,6 +52,28 @@ def test_questions_form_carries_the_topic(row):
     assert query.endswith(row["question"]) and all(q.strip() in query for q in row["history"])
     assert search_query(row["question"], history, "questions") == query
     assert search_query(row["question"], history, "none") == row["question"]
+
+
+@pytest.mark.parametrize("row", [r for r in CAST if r["history"]], ids=lambda r: r["id"])
+def test_answer_form_adds_the_last_answer_before_the_question(row):
+    # CAsT has no answers: a stand-in answer per earlier question (the benchmark generates real ones)
+    history = [Turn(q, f"answer to {q}") for q in row["history"]]
+    query = answer_query(row["question"], history)
+    assert query == f"{history[-1].answer} {row['question']}"
+    assert search_query(row["question"], history, "answer") == query
+    every = answer_query(row["question"], history, kept=None)
+    assert every == " ".join([q.strip() for q in row["history"]] + [history[-1].answer, row["question"]])
+    # without an answer (CAsT gives none) the method falls back to the questions form
+    no_answers = [Turn(q, "") for q in row["history"]]
+    assert answer_query(row["question"], no_answers, kept=None) == questions_query(row["question"], no_answers)
+    assert search_query(row["question"], no_answers, "answer") == questions_query(row["question"], no_answers)
+
+
+def test_answer_form_names_who_was_answered():
+    history = [Turn("who painted the mona lisa", "Leonardo da Vinci painted the Mona Lisa.")]
+    assert search_query("when was he born?", history, "answer") == (
+        "Leonardo da Vinci painted the Mona Lisa. when was he born?")
+    assert "Leonardo" not in search_query("when was he born?", history, "questions")
 
 
 def test_first_turn_is_searched_as_asked():
