@@ -8,7 +8,9 @@ shares with the reference's top 5:
 Ways: `none` (the question as asked), `questions-1/2/all` (that many earlier questions + the
 question: `conversation.questions_query`), `answer` / `questions-1+answer` / `questions-all+answer`
 (that many earlier questions + the previous turn's answer + the question: `conversation.answer_query`),
-`model` (the backbone rewrites it: `conversation.model_rewrite`, one short greedy generation, timed).
+`fused` (the default: the questions-all and the answer query, each searched, rankings fused by
+reciprocal rank: `retrieval.fuse`), `model` (the backbone rewrites it: `conversation.model_rewrite`,
+one short greedy generation, timed).
 
 CAsT gives the earlier questions but not the answers, so the assistant's own are generated: every
 question of a conversation is answered once, in order, as the chat app answers it with the gate
@@ -43,6 +45,7 @@ from targ_mlx import bind_openblas
 bind_openblas()  # before mlx.core loads
 
 from targ_mlx.conversation import Turn, answer_query, model_rewrite, questions_query
+from targ_mlx.retrieval import FUSE_DEPTH, fuse
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "conv", "trec_cast_2019_2020.jsonl")
 CHEAP = {"none": 0, "questions-1": 1, "questions-2": 2, "questions-all": None}  # earlier questions kept
@@ -51,7 +54,15 @@ WAYS = {name: (questions_query, kept) for name, kept in CHEAP.items()} | {
     name: (answer_query, kept) for name, kept in WITH_ANSWER.items()}
 
 
-def cheap_queries(question: str, history: list[Turn]) -> dict[str, str]:
+def fused_queries(question: str, history: list[Turn], kept=None) -> list[str]:
+    """The default way (`--rewrite fused`): the questions form and the answer form, fused."""
+    return [questions_query(question, history), answer_query(question, history)]
+
+
+WAYS["fused"] = (fused_queries, None)
+
+
+def cheap_queries(question: str, history: list[Turn]) -> dict[str, str | list[str]]:
     """Every cheap way's query for `question` after `history` (turns with answers)."""
     return {name: form(question, history, kept) for name, (form, kept) in WAYS.items()}
 
@@ -88,7 +99,7 @@ def example(assistant, retriever, first: str, follow: str) -> dict:
     a1 = assistant.answer(first, gate="always")
     history = [Turn(a1.question, a1.answer)]
     a2 = assistant.answer(follow, history=history, gate="always")
-    ways = {name: {"query": q, "top5": [p.title for p in retriever.search(q, 5)]}
+    ways = {name: {"query": q, "top5": [p.title for p in search(retriever, [q], 5)[0]]}
             for name, q in cheap_queries(follow, history).items()}
     return {"first": first, "answer": a1.answer, "first_top5": [p.title for p in a1.passages],
             "follow": follow, "assistant_query": a2.search_query, "assistant_top5": [p.title for p in a2.passages],
@@ -100,12 +111,22 @@ def overlap(found: list, reference: list, k: int) -> float:
     return len(ref & {p.key for p in found[:k]}) / max(1, len(ref))
 
 
-def score(turns: list[dict], queries: dict[str, list[str]], retriever, top: int = 20) -> dict[str, dict]:
+def search(retriever, qs: list, top: int) -> list[list]:
+    """Top `top` per entry: a query string searched as it is, or a list of queries searched each
+    and fused (`retrieval.fuse`), as the answer path does for the fused way."""
+    if all(isinstance(q, str) for q in qs):
+        return retriever.search_batch(qs, top)
+    flat = [q for group in qs for q in group]
+    found = iter(retriever.search_batch(flat, max(top, FUSE_DEPTH)))
+    return [fuse([next(found) for _ in group], top) for group in qs]
+
+
+def score(turns: list[dict], queries: dict[str, list], retriever, top: int = 20) -> dict[str, dict]:
     """overlap@5 and recall@20 of every way's queries against the manual rewrite's top 5."""
     ref = retriever.search_batch([t["rewrite"] for t in turns], 5)
     out = {}
     for name, qs in queries.items():
-        found = retriever.search_batch(qs, top)
+        found = search(retriever, qs, top)
         pairs = list(zip(found, ref))
         out[name] = {"overlap@5": statistics.mean(overlap(f, r, 5) for f, r in pairs),
                      "recall@20": statistics.mean(overlap(f, r, top) for f, r in pairs), "n": len(pairs)}

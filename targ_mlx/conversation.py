@@ -1,7 +1,7 @@
 """Conversations: which earlier turns go into the prompt, and what retrieval searches for.
 
 `fit_history` keeps the latest turns that fit a token budget (oldest dropped first);
-`search_query` turns a follow-up ("when was he born?") into a standalone retrieval query.
+`search_queries` turns a follow-up ("when was he born?") into standalone retrieval queries.
 The ways to do that are compared on TREC CAsT by `scripts/bench_rewrite.py` (BENCHMARKS.md,
 "Standalone retrieval queries"). Nothing here touches the index or the decision log.
 """
@@ -15,16 +15,12 @@ from targ_mlx.defaults import DEFAULT_HISTORY_TOKENS, DEFAULT_REWRITE, REWRITE_M
 
 TURN_OVERHEAD_TOKENS = 10  # chat-template markers around one user + one assistant message
 REWRITE_MAX_TOKENS = 32
-# The cheap form keeps every earlier question of the history the prompt keeps (already cut to the
-# history budget, so bounded): on TREC CAsT it found more of what the manual rewrites find than the
-# last 1 or 2 questions (recall@20 0.645 vs 0.570 / 0.534 on the turns that need a rewrite, index
-# clean-minilm) and more than SmolLM2's own rewrite. On the default index (vital-articles-minilm),
-# with SmolLM2's own closed-book answers to the earlier questions, it still beats adding the last
-# answer on the 524 turns that need a rewrite: recall@20 0.671 vs 0.655 (last answer + question) and
-# 0.624 (all questions + last answer), overlap@5 0.409 vs 0.384 / 0.364; so `answer_query` (last
-# answer + question) is an option (--rewrite answer), not the default, although only the forms with
-# the answer find "Leonardo da Vinci" for "when was he born?" after "who painted the mona lisa"
-# (BENCHMARKS.md, "Standalone retrieval queries").
+# The questions form keeps every earlier question of the history the prompt keeps (already cut to
+# the history budget, so bounded): on TREC CAsT it found more of what the manual rewrites find than
+# the last 1 or 2 questions and more than SmolLM2's own rewrite. Alone it misses what a pronoun
+# stands for when that was the previous *answer* ("he" = Leonardo after "who painted the mona
+# lisa"), which `answer_query` carries; the default searches both and fuses the rankings
+# (defaults.DEFAULT_REWRITE; BENCHMARKS.md, "Standalone retrieval queries").
 QUESTIONS_KEPT: int | None = None
 
 REWRITE_SYSTEM = ("Rewrite the user's last question so that it can be understood without the conversation: "
@@ -129,23 +125,29 @@ def model_rewrite(backbone, question: str, history: Sequence[Turn], max_tokens: 
     return clean_rewrite(tok.decode([t for t in out if t not in tok.eos_ids]), question)
 
 
-def search_query(question: str, history: Sequence[Turn], method: str = DEFAULT_REWRITE, backbone=None,
-                 cancel: threading.Event | None = None) -> str:
-    """What retrieval searches for: `question` itself without history, else its standalone form.
+def search_queries(question: str, history: Sequence[Turn], method: str = DEFAULT_REWRITE, backbone=None,
+                   cancel: threading.Event | None = None) -> list[str]:
+    """What retrieval searches for: `question` itself without history, else its standalone form(s).
 
     Args:
-        method: "model" (the backbone rewrites it), "questions" (earlier questions + this one),
-            "answer" (the last answer + this one) or "none" (the question as asked).
+        method: "fused" (the questions form and the answer form, both searched and their rankings
+            fused: `retrieval.fuse`), "questions" (earlier questions + this one), "answer" (the last
+            answer + this one), "model" (the backbone rewrites it) or "none" (the question as asked).
         backbone: needed for "model".
+    Returns:
+        one query, or two for "fused" (one when there is no earlier answer to add).
     """
     if method not in REWRITE_METHODS:
         raise ValueError(f"rewrite method {method!r} unknown; choose one of {', '.join(REWRITE_METHODS)}")
     if not history or method == "none":
-        return question
-    if method == "questions":
-        return questions_query(question, history)
-    if method == "answer":  # without an answer (e.g. a cancelled one), the questions form
-        return answer_query(question, history) if history[-1].answer.strip() else questions_query(question, history)
+        return [question]
+    has_answer = bool(history[-1].answer.strip())  # not after a cancelled answer
+    if method == "questions" or (method in ("answer", "fused") and not has_answer):
+        return [questions_query(question, history)]
+    if method == "answer":
+        return [answer_query(question, history)]
+    if method == "fused":
+        return [questions_query(question, history), answer_query(question, history)]
     if backbone is None:
         raise ValueError("rewrite method 'model' needs the backbone")
-    return model_rewrite(backbone, question, history, cancel=cancel)
+    return [model_rewrite(backbone, question, history, cancel=cancel)]

@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Any, Callable, Sequence
 
-from targ_mlx import conversation, gates, prompts
+from targ_mlx import conversation, gates, prompts, retrieval
 from targ_mlx.backbone import Backbone
 from targ_mlx.conversation import Turn
 from targ_mlx.defaults import RECHECK_GATES, SCORED_GATES
@@ -22,6 +22,7 @@ from targ_mlx.errors import QuestionError
 from targ_mlx.retrieval import Passage
 
 MAX_QUESTION_CHARS = 20_000  # refuse before tokenizing megabytes of pasted text
+QUERY_SEPARATOR = " | "  # between the queries of a fused search, where the log and the panel show them
 
 
 def prompt_ids(bb: Backbone, question: str, style: str, context: str | None = None,
@@ -91,11 +92,16 @@ def retrieve(bb: Backbone, retriever, question: str, s: Any, prefix_tokens: int 
              history: Sequence[Turn] = (), cancel: threading.Event | None = None
              ) -> tuple[prompts.PackedContext, float, str]:
     """Search and pack for one question; returns the context, the seconds it took (rewriting a
-    follow-up into its standalone form included) and the query searched."""
+    follow-up into its standalone form included) and what was searched (a fused search's
+    queries joined by QUERY_SEPARATOR)."""
     t0 = time.perf_counter()
-    query = conversation.search_query(question, history, s.rewrite, bb, cancel) if history else question
-    packed = pack(bb, question, retriever.search(query, s.top_k), s, prefix_tokens, history)
-    return packed, time.perf_counter() - t0, query
+    queries = conversation.search_queries(question, history, s.rewrite, bb, cancel) if history else [question]
+    if len(queries) == 1:
+        hits = retriever.search(queries[0], s.top_k)
+    else:
+        hits = retrieval.fuse(retriever.search_batch(queries, max(s.top_k, retrieval.FUSE_DEPTH)), s.top_k)
+    packed = pack(bb, question, hits, s, prefix_tokens, history)
+    return packed, time.perf_counter() - t0, QUERY_SEPARATOR.join(queries)
 
 
 def generate_with_context(bb: Backbone, question: str, packed: prompts.PackedContext, s: Any,

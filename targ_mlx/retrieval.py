@@ -10,6 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, Sequence, runtime_checkable
 
+# Reciprocal rank fusion's constant (Cormack et al., 2009): a passage ranked r-th (from 1) in a
+# list scores 1 / (RRF_C + r); 60 is the paper's value, not tuned here (10 scored within 0.01 on
+# TREC CAsT, BENCHMARKS.md "Standalone retrieval queries").
+RRF_C = 60
+FUSE_DEPTH = 20  # passages taken from each ranking before fusing
+
 
 @dataclass(frozen=True)
 class Passage:
@@ -30,3 +36,17 @@ class Retriever(Protocol):
     def search(self, query: str, k: int = 5) -> list[Passage]: ...
 
     def search_batch(self, queries: Sequence[str], k: int = 5) -> list[list[Passage]]: ...
+
+
+def fuse(rankings: Sequence[Sequence[Passage]], k: int, c: int = RRF_C) -> list[Passage]:
+    """The top `k` of several rankings of one index by reciprocal rank fusion: each passage scores
+    the sum of 1 / (c + rank) over the rankings it is in (ties: first seen first). A passage keeps
+    its own cosine `score`; the fused order is by rank, since the queries' cosines differ in scale."""
+    fused: dict[int, float] = {}
+    first: dict[int, Passage] = {}
+    for ranking in rankings:
+        for rank, p in enumerate(ranking, start=1):
+            fused[p.key] = fused.get(p.key, 0.0) + 1.0 / (c + rank)
+            first.setdefault(p.key, p)
+    order = sorted(fused, key=lambda key: -fused[key])  # stable: ties stay in first-seen order
+    return [first[key] for key in order[:k]]

@@ -13,10 +13,11 @@ from targ_mlx.conversation import (
     fit_history,
     model_rewrite,
     questions_query,
-    search_query,
+    search_queries,
     turns_from_messages,
 )
 from targ_mlx.decision_log import DecisionLog
+from targ_mlx.retrieval import Passage, fuse
 
 CAST = [json.loads(line) for line in (Path(__file__).parent / "fixtures" / "cast_turns.jsonl").open()]
 
@@ -50,8 +51,8 @@ def test_questions_form_carries_the_topic(row):
     query = questions_query(row["question"], history)
     # every earlier question the prompt keeps: the form that found most of what the manual rewrites find
     assert query.endswith(row["question"]) and all(q.strip() in query for q in row["history"])
-    assert search_query(row["question"], history, "questions") == query
-    assert search_query(row["question"], history, "none") == row["question"]
+    assert search_queries(row["question"], history, "questions") == [query]
+    assert search_queries(row["question"], history, "none") == [row["question"]]
 
 
 @pytest.mark.parametrize("row", [r for r in CAST if r["history"]], ids=lambda r: r["id"])
@@ -60,26 +61,44 @@ def test_answer_form_adds_the_last_answer_before_the_question(row):
     history = [Turn(q, f"answer to {q}") for q in row["history"]]
     query = answer_query(row["question"], history)
     assert query == f"{history[-1].answer} {row['question']}"
-    assert search_query(row["question"], history, "answer") == query
+    assert search_queries(row["question"], history, "answer") == [query]
     every = answer_query(row["question"], history, kept=None)
     assert every == " ".join([q.strip() for q in row["history"]] + [history[-1].answer, row["question"]])
     # without an answer (CAsT gives none) the method falls back to the questions form
     no_answers = [Turn(q, "") for q in row["history"]]
     assert answer_query(row["question"], no_answers, kept=None) == questions_query(row["question"], no_answers)
-    assert search_query(row["question"], no_answers, "answer") == questions_query(row["question"], no_answers)
+    for method in ("answer", "fused"):
+        assert search_queries(row["question"], no_answers, method) == [questions_query(row["question"], no_answers)]
+    # with answers, the default searches both forms
+    assert search_queries(row["question"], history) == [questions_query(row["question"], history), query]
 
 
 def test_answer_form_names_who_was_answered():
     history = [Turn("who painted the mona lisa", "Leonardo da Vinci painted the Mona Lisa.")]
-    assert search_query("when was he born?", history, "answer") == (
-        "Leonardo da Vinci painted the Mona Lisa. when was he born?")
-    assert "Leonardo" not in search_query("when was he born?", history, "questions")
+    assert search_queries("when was he born?", history, "answer") == [
+        "Leonardo da Vinci painted the Mona Lisa. when was he born?"]
+    assert "Leonardo" not in search_queries("when was he born?", history, "questions")[0]
 
 
 def test_first_turn_is_searched_as_asked():
     first = CAST[0]
     assert not first["history"]
-    assert search_query(first["question"], [], "questions") == first["question"]
+    for method in ("questions", "fused", "answer"):
+        assert search_queries(first["question"], [], method) == [first["question"]]
+
+
+def passages(*keys: int) -> list[Passage]:
+    return [Passage(key=k, title=f"t{k}", text="", score=1.0 - 0.01 * i) for i, k in enumerate(keys)]
+
+
+def test_fuse_ranks_by_reciprocal_rank():
+    a, b = passages(1, 2, 3, 4), passages(5, 3, 1, 6)
+    # 1: 1/61 + 1/63, 3: 1/63 + 1/62, 5: 1/61, 2: 1/62, 4: 1/64, 6: 1/64
+    assert [p.key for p in fuse([a, b], 6)] == [1, 3, 5, 2, 4, 6]
+    assert [p.key for p in fuse([a, b], 2)] == [1, 3]
+    assert fuse([a], 3) == a[:3]  # one ranking keeps its order
+    assert fuse([a, b], 3, c=0)[0].key == 1  # c=0: 1 + 1/3 beats 1/2 + 1/3 (key 3)
+    assert fuse([a, b], 6)[1] is a[2]  # a passage keeps its own fields and first-seen object
 
 
 def test_clean_rewrite_strips_labels_and_falls_back():
@@ -89,7 +108,7 @@ def test_clean_rewrite_strips_labels_and_falls_back():
 
 def test_bad_method_is_named():
     with pytest.raises(ValueError, match="rewrite method 'llm' unknown"):
-        search_query("is it treatable?", [Turn("what is throat cancer?", "")], "llm")
+        search_queries("is it treatable?", [Turn("what is throat cancer?", "")], "llm")
 
 
 def test_model_rewrite_is_one_short_line(backbone):
