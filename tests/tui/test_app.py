@@ -120,10 +120,11 @@ async def test_answers_while_the_index_builds(backbone, log, tmp_path, small_ind
     from targ_mlx.index import build_index, open_retriever
     from targ_mlx.index.background import BuildingIndex
 
-    release = threading.Event()
+    release, held = threading.Event(), threading.Event()
 
     def hold_after_first_commit(done, total):
         if done and not release.is_set():
+            held.set()
             release.wait(600)
 
     building = BuildingIndex(
@@ -132,6 +133,9 @@ async def test_answers_while_the_index_builds(backbone, log, tmp_path, small_ind
     assistant = Assistant(backbone, building, Settings(gate="always", max_tokens=8, k=4), log=log)
     app = make_app(assistant, config=Config(db=str(log.path)), config_path=str(tmp_path / "c.toml"))
     try:
+        # Ask once the build is held at its first commit: on a busy machine the encoder may still be
+        # loading when the first answer is done, and "0%" would not tell building from not started.
+        assert held.wait(600), building.status
         async with app.run_test(size=SIZE) as pilot:
             await ask(app, pilot, "Who wrote Hamlet?")
             answer = list(app.query_one(ChatLog).query(MessageView))[-1]
