@@ -18,9 +18,11 @@ import json
 import time
 from pathlib import Path
 
-import targ_mlx  # noqa: F401  (binds OpenBLAS before mlx.core)
-import mlx.core as mx
-import numpy as np
+from targ_mlx import bind_openblas
+
+bind_openblas()  # before mlx.core loads: importing targ_mlx alone binds nothing (MLX's reference BLAS is ~30x slower)
+import mlx.core as mx  # noqa: E402
+import numpy as np  # noqa: E402
 
 from targ_mlx import batch, gguf, prompts
 from targ_mlx.backbone import ALIASES, Backbone, alias_path

@@ -16,9 +16,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import targ_mlx  # noqa: F401  (binds OpenBLAS before mlx.core)
-import mlx.core as mx
-from mlx.utils import tree_flatten
+from targ_mlx import bind_openblas
+
+bind_openblas()  # before mlx.core loads: importing targ_mlx alone binds nothing
+import mlx.core as mx  # noqa: E402
+from mlx.utils import tree_flatten  # noqa: E402
 
 from targ_mlx.backbone import ALIASES, alias_path
 from targ_mlx.gguf import load_gguf
