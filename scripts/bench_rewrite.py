@@ -44,7 +44,7 @@ from targ_mlx import bind_openblas
 
 bind_openblas()  # before mlx.core loads
 
-from targ_mlx.conversation import Turn, answer_query, model_rewrite, questions_query
+from targ_mlx.conversation import Turn, answer_query, model_rewrite, questions_query, search_queries
 from targ_mlx.retrieval import FUSE_DEPTH, fuse
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "conv", "trec_cast_2019_2020.jsonl")
@@ -54,12 +54,7 @@ WAYS = {name: (questions_query, kept) for name, kept in CHEAP.items()} | {
     name: (answer_query, kept) for name, kept in WITH_ANSWER.items()}
 
 
-def fused_queries(question: str, history: list[Turn], kept=None) -> list[str]:
-    """The default way (`--rewrite fused`): the questions form and the answer form, fused."""
-    return [questions_query(question, history), answer_query(question, history)]
-
-
-WAYS["fused"] = (fused_queries, None)
+WAYS["fused"] = (lambda question, history, kept: search_queries(question, history, "fused"), None)  # the default
 
 
 def cheap_queries(question: str, history: list[Turn]) -> dict[str, str | list[str]]:
@@ -112,12 +107,12 @@ def overlap(found: list, reference: list, k: int) -> float:
 
 
 def search(retriever, qs: list, top: int) -> list[list]:
-    """Top `top` per entry: a query string searched as it is, or a list of queries searched each
-    and fused (`retrieval.fuse`), as the answer path does for the fused way."""
+    """Top `top` per entry: a query string searched as it is, or a list of queries fused as
+    `retrieval.search_fused` fuses them, with every query of every entry encoded in one batch
+    (searched one entry at a time, the run did not finish in 5 min beside a test run)."""
     if all(isinstance(q, str) for q in qs):
         return retriever.search_batch(qs, top)
-    flat = [q for group in qs for q in group]
-    found = iter(retriever.search_batch(flat, max(top, FUSE_DEPTH)))
+    found = iter(retriever.search_batch([q for group in qs for q in group], max(top, FUSE_DEPTH)))
     return [fuse([next(found) for _ in group], top) for group in qs]
 
 

@@ -26,7 +26,7 @@ REWRITE_METHODS = ("fused", "questions", "answer", "model", "none")  # how a fol
 # Chosen by scripts/bench_rewrite.py on TREC CAsT (BENCHMARKS.md, "Standalone retrieval queries"):
 # on the default index, over the 524 turns that need a rewrite, searching both the questions form
 # and the answer form and fusing their rankings found most of what the manual rewrites find
-# (recall@20 0.718, overlap@5 0.430) against either alone (questions 0.671 / 0.409, answer
+# (recall@20 0.731, overlap@5 0.431) against either alone (questions 0.671 / 0.409, answer
 # 0.655 / 0.384); only forms with the answer find "Leonardo da Vinci" for "when was he born?".
 DEFAULT_REWRITE = "fused"
 # Placeholders until calibrated: the median of the operating points the paper reports for

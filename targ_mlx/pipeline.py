@@ -96,11 +96,7 @@ def retrieve(bb: Backbone, retriever, question: str, s: Any, prefix_tokens: int 
     queries joined by QUERY_SEPARATOR)."""
     t0 = time.perf_counter()
     queries = conversation.search_queries(question, history, s.rewrite, bb, cancel) if history else [question]
-    if len(queries) == 1:
-        hits = retriever.search(queries[0], s.top_k)
-    else:
-        hits = retrieval.fuse(retriever.search_batch(queries, max(s.top_k, retrieval.FUSE_DEPTH)), s.top_k)
-    packed = pack(bb, question, hits, s, prefix_tokens, history)
+    packed = pack(bb, question, retrieval.search_fused(retriever, queries, s.top_k), s, prefix_tokens, history)
     return packed, time.perf_counter() - t0, QUERY_SEPARATOR.join(queries)
 
 

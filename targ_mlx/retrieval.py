@@ -50,3 +50,11 @@ def fuse(rankings: Sequence[Sequence[Passage]], k: int, c: int = RRF_C) -> list[
             first.setdefault(p.key, p)
     order = sorted(fused, key=lambda key: -fused[key])  # stable: ties stay in first-seen order
     return [first[key] for key in order[:k]]
+
+
+def search_fused(retriever: Retriever, queries: Sequence[str], k: int) -> list[Passage]:
+    """The top `k` for one query, or for several queries of one question their rankings
+    (FUSE_DEPTH deep) fused by `fuse`."""
+    if len(queries) == 1:
+        return retriever.search(queries[0], k)
+    return fuse(retriever.search_batch(queries, max(k, FUSE_DEPTH)), k)
