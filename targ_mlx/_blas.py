@@ -49,6 +49,8 @@ def find_openblas() -> str | None:
 def bind_openblas() -> str | None:
     """Load OpenBLAS globally if MLX's CPU backend would otherwise use reference BLAS."""
     global BLAS_PATH, BLAS_STATUS
+    if BLAS_PATH is not None:  # bound already (an entry point imported after another one)
+        return BLAS_PATH
     if sys.platform != "linux" or os.environ.get("TARG_MLX_NO_OPENBLAS") == "1":
         BLAS_STATUS = "skipped (not Linux or TARG_MLX_NO_OPENBLAS=1)"
         return None

@@ -80,6 +80,15 @@ def test_importing_the_package_does_no_work():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_a_second_entry_point_binds_nothing_twice():
+    """One entry point importing another (eval.seeds imports eval's modules) must not warn that
+    mlx.core came first when OpenBLAS is bound already."""
+    code = ("import warnings; warnings.simplefilter('error'); import targ_mlx._blas as b; p = b.bind_openblas(); "
+            "import mlx.core; assert b.bind_openblas() == p, b.BLAS_STATUS; print(b.BLAS_STATUS)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+
+
 def test_ask_continues_a_saved_chat(tmp_path, capsys, backbone):
     db = str(tmp_path / "log.db")
     common = ["--gate", "never", "--max-tokens", "12", "--db", db, "--json"]

@@ -91,6 +91,12 @@ class QuestionRecord:
                       latency=Latency(draft=self.cost.get("draft", 0.0), total=self.cost.get("draft", 0.0)))
 
 
+def sample_seed(seed: int, batch_no: int) -> int:
+    """The variance samples' RNG seed for one batch: fixed per (run seed, batch), so a resumed run
+    draws the same samples, and another run seed draws independent ones (eval.seeds)."""
+    return seed * 1_000_003 + batch_no
+
+
 def gate_scores(entropies: Sequence[float], gaps: Sequence[float], samples: Sequence[Sequence[int]],
                 ks: Sequence[int], beta: float) -> dict:
     """`{gate: {str(k): U}}`: the assistant's scoring (`pipeline.score_draft`) at every k."""
@@ -151,7 +157,7 @@ def record_batch(bb: Backbone, retriever, items: Sequence[QAItem], s: RecordSett
     t0 = time.perf_counter()
     base_ids = [pipeline.prompt_ids(bb, q, s.prompt_style) for q in qs]
     greedy, samples = batch.draft_batch(bb, base_ids, s.k_max, s.n_samples, max(s.k_max, s.max_tokens),
-                                        s.temperature, seed=s.seed * 1_000_003 + batch_no)
+                                        s.temperature, seed=sample_seed(s.seed, batch_no))
     cost["draft"] = time.perf_counter() - t0
 
     always, p_rel = _context_part(bb, items, found, s, cost)

@@ -40,7 +40,7 @@ def read_jsonl(path: Path) -> list[dict]:
     return rows
 
 
-def _append(path: Path, rows: Sequence[dict]) -> None:
+def append_jsonl(path: Path, rows: Sequence[dict]) -> None:
     with path.open("a", encoding="utf-8") as f:
         for r in rows:
             f.write(json.dumps(r, ensure_ascii=False) + "\n")
@@ -53,7 +53,7 @@ def _repair(path: Path, rows: list[dict]) -> None:
         path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
 
 
-def _resume(path: Path) -> tuple[list[dict], set[str]]:
+def resume_jsonl(path: Path) -> tuple[list[dict], set[str]]:
     """The rows a JSONL file already holds (torn tail repaired) and their ids."""
     have = read_jsonl(path)
     _repair(path, have)
@@ -73,7 +73,7 @@ def run_records(bb, retriever, items: Sequence[QAItem], s: RecordSettings, out_d
     """
     reuse = reuse or {}
     path = Path(out_dir) / RECORDS
-    have, done = _resume(path)
+    have, done = resume_jsonl(path)
     total = len(items)
     if progress:
         progress(sum(it.id in done for it in items), total)
@@ -98,7 +98,7 @@ def run_records(bb, retriever, items: Sequence[QAItem], s: RecordSettings, out_d
         for r in recs:
             r.cost["retrieval"] += search_share
         rows = [r.to_dict() for r in recs]
-        _append(path, rows)
+        append_jsonl(path, rows)
         if log is not None:
             for r in recs:
                 log_record(log, r, bb.model_id, s, log_k, session, index_id)
@@ -134,12 +134,12 @@ def run_latency(bb, retriever, items: Sequence[QAItem], never_answers: dict[str,
                 out_dir: Path, progress: Callable[[int, int], None] | None = None) -> dict[str, dict]:
     """Batch-1 stage timings for `items` (resumable, like run_records); returns id -> timings."""
     path = Path(out_dir) / LATENCY
-    have, done = _resume(path)
+    have, done = resume_jsonl(path)
     for i, it in enumerate(items):
         if it.id in done:
             continue
         row = asdict(time_question(bb, retriever, it, never_answers.get(it.id, ""), s))
-        _append(path, [row])
+        append_jsonl(path, [row])
         have.append(row)
         done.add(it.id)
         if progress:
