@@ -39,7 +39,11 @@ def test_eval_resumes_and_logs_decisions(tmp_path, small_index_dir):
     # rerun the same command: nothing new; then a larger limit adds only the missing questions
     assert main([*args, "--limit", "2"]) == 0
     assert len((out / "records.jsonl").read_text().splitlines()) == 2
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["run"]["records_new"] == 2  # a rerun that recorded nothing keeps the run that did
     assert main([*args, "--limit", "3"]) == 0
+    cfg = json.loads((out / "config.json").read_text())
+    assert [r["records_new"] for r in cfg["runs"]] == [2, 1]  # every run's throughput, the first included
     ids = [json.loads(x)["id"] for x in (out / "records.jsonl").read_text().splitlines()]
     assert len(ids) == len(set(ids)) == 3
     for name in ("summary.md", "summary.csv", "points.csv", "config.json", "latency.jsonl"):

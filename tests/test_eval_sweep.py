@@ -63,6 +63,19 @@ def test_baselines_from_probes():
     assert s.tolist() == [1.0]
 
 
+def test_skr_neighbours_ignore_float_noise_between_cpus():
+    """Two labelled questions whose similarities to the query differ by ~1e-8, and two encodings of
+    the query that differ by float noise (what another CPU's encoder gives) and swap which is nearer:
+    the near-tie goes to the first either way, so a report rebuilt on another machine is the same."""
+    d = 1e-4
+    train = np.array([[1.0, 0.0], [np.cos(d), np.sin(d)]])
+    delta = np.array([1.0, -1.0])
+    here, there = np.array([[1.0, -2e-4]]), np.array([[1.0, 2e-4]])
+    assert np.sign((here @ train.T)[0, 1] - (here @ train.T)[0, 0]) != np.sign((there @ train.T)[0, 1] - (there @ train.T)[0, 0])
+    assert bl.skr_scores(train, delta, here, neighbours=1).tolist() == [1.0]
+    assert bl.skr_scores(train, delta, there, neighbours=1).tolist() == [1.0]
+
+
 def test_latency_prices_stages():
     lat = {r["id"]: {"never": 1.0, "draft": 0.5, "skip": 1.1, "draft_var": 0.8, "skip_var": 1.4, "retrieval": 0.2,
                      "rag": 2.0, "p_need": 0.3, "p_supported": 0.3, "p_relevant": 0.6} for r in RECS}

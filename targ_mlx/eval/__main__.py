@@ -122,6 +122,7 @@ def evaluate_dataset(name, items, args, out: Path, bb, retriever, log, session) 
     if not args.report_only:
         t0 = time.perf_counter()
         before = len(read_jsonl(out / "records.jsonl"))
+        timed_before = len(read_jsonl(out / "latency.jsonl"))
         timed_ids = {it.id for it in latency_items(items, args.latency_sample, args.seed)}
         lat_s = [0.0]
 
@@ -145,6 +146,7 @@ def evaluate_dataset(name, items, args, out: Path, bb, retriever, log, session) 
         t0 = time.perf_counter()
         run_latency(bb, retriever, timed, never, s, out)  # any left over from an earlier cut-short run
         run_info["latency_seconds"] = lat_s[0] + time.perf_counter() - t0
+        run_info["latency_new"] = len(read_jsonl(out / "latency.jsonl")) - timed_before
     records = read_jsonl(out / "records.jsonl")
     latency = {r["id"]: r for r in read_jsonl(out / "latency.jsonl")}
     config = {"dataset": name, "n_items": len(items), "args": {k: v for k, v in vars(args).items()},
@@ -153,12 +155,14 @@ def evaluate_dataset(name, items, args, out: Path, bb, retriever, log, session) 
               **(_corpus_info(retriever) if retriever else _corpus_info_from({"index": args.index})),
               "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
     prev = out / "config.json"
-    if prev.is_file() and args.report_only:  # keep the settings the records were made with
+    nothing_new = not args.report_only and not run_info["records_new"] and not run_info["latency_new"]
+    if prev.is_file() and (args.report_only or nothing_new):  # keep the settings the records were made with
         old = json.loads(prev.read_text())
-        config = {**_corpus_info_from(old), **old, "report_date": config["date"], "versions": config["versions"]}
-    elif prev.is_file():
-        old = json.loads(prev.read_text()).get("runs", [])
-        config["runs"] = old + [run_info]
+        found = _corpus_info_from(old) or (_corpus_info(retriever) if nothing_new else {})
+        config = {**old, **found, "report_date": config["date"], "versions": config["versions"]}
+    elif prev.is_file():  # a resumed run: keep every run's throughput (a first run's is only in "run")
+        old = json.loads(prev.read_text())
+        config["runs"] = (old.get("runs") or ([old["run"]] if old.get("run") else [])) + [run_info]
     prev.write_text(json.dumps(config, indent=2, default=str))
     return report.write_all(name, records, latency, out, k=args.k, seed=args.seed, n_boot=args.bootstrap,
                             plots=not args.no_plots, config=config, meta={it.id: it.meta for it in items})

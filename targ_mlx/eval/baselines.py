@@ -26,6 +26,7 @@ THETAS = {"selfeval": (0.3, 0.5, 0.7), "flare": (0.3, 0.5), "selfrag": (0.3, 0.5
 DEFAULT_THETA = {"selfeval": 0.5, "flare": 0.5, "selfrag": 0.5, "crag": 0.5, "skr": 0.0}
 LABELS = {"selfeval": "Self-Eval gate", "flare": "FLARE", "selfrag": "Self-RAG-lite", "crag": "CRAG-lite", "skr": "SKR"}
 SKR_NEIGHBOURS = 10
+SKR_DECIMALS = 4
 
 
 def _rag(sig, rows):
@@ -63,7 +64,9 @@ def skr_scores(train_vecs: np.ndarray, train_delta: np.ndarray, vecs: np.ndarray
     questions by cosine similarity (vectors are normalised)."""
     if len(train_vecs) == 0:
         return np.zeros(len(vecs))
-    sims = vecs @ train_vecs.T
+    # rounded: encoders differ in the last float bits across CPUs (AVX2 / AVX-512), and near-ties
+    # would otherwise pick other neighbours, so a report rebuilt elsewhere would differ
+    sims = np.round(vecs @ train_vecs.T, SKR_DECIMALS)
     nn = np.argsort(-sims, axis=1, kind="stable")[:, : min(neighbours, len(train_vecs))]
     return np.sign(train_delta)[nn].mean(axis=1)
 
