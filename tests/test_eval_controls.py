@@ -118,3 +118,22 @@ def test_headline_metric_is_accuracy_when_em_is_uninformative():
     never, always = outcomes(n=100)
     sig = sweep.Signals(records_for(np.zeros(100), never, always))
     assert an.headline_metric(sig) == "acc"
+
+
+def test_auroc_rows_split_retrieval_helps_into_rescued_and_covered():
+    """A score that finds the questions the model gets wrong but the corpus does not cover ranks
+    "retrieval helps" below chance; the (c) and (d) columns say why."""
+    never, always = outcomes(n=400, seed=8)
+    wrong = never < 0.5
+    covered = always > 0.5  # the passages hold the answer exactly where Always is right
+    u = wrong.astype(float) - 0.5 * covered + np.random.default_rng(1).normal(0, 0.05, 400)
+    recs = records_for(u, never, always)
+    for r, h in zip(recs, covered):
+        r["always"]["hit"] = float(h)
+    row = next(r for r in an.aurocs(sweep.Signals(recs), "acc", [20], n_boot=50, seed=0) if r.name == "margin k=20")
+    assert row.never_wrong[0] > 0.9  # it knows when the model is wrong...
+    assert row.covered[0] < 0.5 and row.rescued[0] < 0.1  # ...but prefers what the corpus lacks
+    assert row.helps[0] < 0.5
+    del recs[0]["always"]["hit"]  # older records without hit@K: no (d)
+    row = an.aurocs(sweep.Signals(recs), "acc", [20], n_boot=20, seed=0)[0]
+    assert np.isnan(row.covered[0])

@@ -125,11 +125,19 @@ def all_scores(sig: Signals, ks: Sequence[int]) -> dict[str, np.ndarray]:
     return {**out, **trivial_scores(sig), **baseline_scores(sig)}
 
 
+NAN_CI: CI = (float("nan"),) * 3
+
+
 @dataclass(frozen=True)
 class AurocRow:
+    """AUROCs of one score. "Retrieval helps" needs both of: the model is wrong closed-book, and
+    retrieval then gets it right; `rescued` and `covered` say which of the two a score misses."""
+
     name: str
     never_wrong: CI
     helps: CI
+    rescued: CI = NAN_CI  # Always right, among the questions Never gets wrong
+    covered: CI = NAN_CI  # an answer string in the top-K passages (hit@K), all questions
 
 
 MIN_CLASS = 10  # an AUROC from fewer questions in either class is not reported
@@ -137,12 +145,15 @@ MIN_CLASS = 10  # an AUROC from fewer questions in either class is not reported
 
 def aurocs(sig: Signals, metric: str, ks: Sequence[int], n_boot: int, seed: int) -> list[AurocRow]:
     lab = ctl.labels(sig.never[metric], sig.always[metric])
-    nan = (float("nan"),) * 3
+    wrong = lab["never_wrong"]
+    rescued = sig.always[metric][wrong] >= 0.5
+    covered = sig.hit > 0.5 if np.isfinite(sig.hit).all() else None
 
     def ci(s, y):
-        return ctl.auroc_ci(s, y, n_boot, seed) if min(y.sum(), (~y).sum()) >= MIN_CLASS else nan
+        return ctl.auroc_ci(s, y, n_boot, seed) if y is not None and min(y.sum(), (~y).sum()) >= MIN_CLASS else NAN_CI
 
-    return [AurocRow(name, ci(s, lab["never_wrong"]), ci(s, lab["helps"])) for name, s in all_scores(sig, ks).items()]
+    return [AurocRow(name, ci(s, wrong), ci(s, lab["helps"]), ci(s[wrong], rescued), ci(s, covered))
+            for name, s in all_scores(sig, ks).items()]
 
 
 @dataclass(frozen=True)

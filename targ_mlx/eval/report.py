@@ -205,10 +205,14 @@ def _auroc(a: an.Analysis, head: str, n_boot: int) -> list[str]:
     for m in (head, "em" if head == "acc" else "acc"):
         lab = an.LABEL[m]
         lines += [f"## AUROC of each score ({lab}; 95% bootstrap CI, {n_boot} resamples; 0.5 = chance)", "",
-                  f"| Score (higher = retrieve) | (a) Never answer wrong | (b) retrieval helps (Always right, Never wrong) |",
-                  "|---|---|---|"]
-        lines += [f"| {r.name} | {_auc(r.never_wrong)} | {_auc(r.helps)} |" for r in a.aurocs[m]]
-        lines += ["", f"- : fewer than {an.MIN_CLASS} questions in one class, no AUROC.", ""]
+                  "| Score (higher = retrieve) | (a) Never answer wrong | (b) retrieval helps (Always right, Never wrong) | "
+                  "(c) Always right, among Never wrong | (d) answer in the top-K passages |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {r.name} | {_auc(r.never_wrong)} | {_auc(r.helps)} | {_auc(r.rescued)} | {_auc(r.covered)} |"
+                  for r in a.aurocs[m]]
+        lines += ["", "(b) needs (a) and (c): a score that ranks (a) well but (c) or (d) below 0.5 picks questions the "
+                  "model does not know *and* the corpus does not cover, which retrieval cannot fix.",
+                  f"- : fewer than {an.MIN_CLASS} questions in one class (or no hit@K in the records), no AUROC.", ""]
     return lines
 
 

@@ -74,6 +74,9 @@ class Signals:
         probe = lambda key: np.array([r.get("probes", {}).get(key, np.nan) for r in self.records], float)  # noqa: E731
         self.p_need, self.p_supported, self.p_relevant = probe("p_need"), probe("p_supported"), probe("p_relevant")
         self.min_p = np.array([np.exp(min(r["logprobs"])) if r["logprobs"] else 1.0 for r in self.records])
+        # an answer string in the top-K passages (hit@K); NaN in records made before it was kept
+        self.hit = np.array([float(r["always"]["hit"]) if r["always"].get("hit") is not None else np.nan
+                             for r in self.records], float)
         self.latency = latency or {}
         self.lat_rows = np.array([i for i, q in enumerate(self.ids) if q in self.latency], int)
 
