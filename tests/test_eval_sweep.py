@@ -84,3 +84,15 @@ def test_latency_prices_stages():
     assert sweep.always_point(sig).dlat == pytest.approx(1.2)
     p = sweep.gate_point(sig, "margin", 20, 0.5)  # half skip (1.1), half draft+ret+rag (2.7)
     assert p.dlat == pytest.approx((1.1 + 2.7) / 2 - 1.0)
+
+
+def test_report_keeps_the_throughput_of_the_run_that_made_records():
+    """A later run that only timed latency (or filled hit@K) made no records: the report's
+    throughput line stays the one of the run that did."""
+    from targ_mlx.eval.report import _record_run
+
+    made = {"records_new": 396, "records_seconds": 1090.0}
+    timed = {"records_new": 0, "latency_new": 50}
+    assert _record_run({"run": timed, "runs": [made, timed]}) == made
+    assert _record_run({"run": made}) == made
+    assert _record_run({"run": timed}) == timed  # nothing better to show

@@ -98,10 +98,16 @@ def _verdict_lines(v: an.Verdict) -> list[str]:
             f"| gate − random at the same rate | {_ci(v.vs_random)} | beats random: {a['random']} |", ""]
 
 
+def _record_run(cfg: dict) -> dict:
+    """The last run that made records (a later one may only have timed latency or filled hit@K)."""
+    made = [r for r in cfg.get("runs") or [cfg.get("run") or {}] if r.get("records_new")]
+    return made[-1] if made else cfg.get("run") or {}
+
+
 def render(name: str, sig: Signals, a: an.Analysis, points, never: Point, always: Point, base_points, cal,
            dev, test, cfg: dict, n_boot: int, seed: int) -> str:
     k, head = a.k, a.headline
-    st, run = cfg.get("settings", {}), cfg.get("run", {})
+    st, run = cfg.get("settings", {}), _record_run(cfg)
     regime = cfg.get("corpus_regime")
     other = "em" if head == "acc" else "acc"
     lines = [f"# {name}: TARG evaluation", "",
