@@ -143,6 +143,13 @@ class AurocRow:
 MIN_CLASS = 10  # an AUROC from fewer questions in either class is not reported
 
 
+def auroc_or_nan(score: np.ndarray, label: np.ndarray | None, n_boot: int, seed: int) -> CI:
+    """AUROC with its bootstrap CI, or NaNs without a label or with fewer than MIN_CLASS in a class."""
+    if label is None or min(label.sum(), (~label).sum()) < MIN_CLASS:
+        return NAN_CI
+    return ctl.auroc_ci(score, label, n_boot, seed)
+
+
 def aurocs(sig: Signals, metric: str, ks: Sequence[int], n_boot: int, seed: int) -> list[AurocRow]:
     lab = ctl.labels(sig.never[metric], sig.always[metric])
     wrong = lab["never_wrong"]
@@ -150,7 +157,7 @@ def aurocs(sig: Signals, metric: str, ks: Sequence[int], n_boot: int, seed: int)
     covered = sig.hit > 0.5 if np.isfinite(sig.hit).all() else None
 
     def ci(s, y):
-        return ctl.auroc_ci(s, y, n_boot, seed) if y is not None and min(y.sum(), (~y).sum()) >= MIN_CLASS else NAN_CI
+        return auroc_or_nan(s, y, n_boot, seed)
 
     return [AurocRow(name, ci(s, wrong), ci(s, lab["helps"]), ci(s[wrong], rescued), ci(s, covered))
             for name, s in all_scores(sig, ks).items()]

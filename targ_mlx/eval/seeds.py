@@ -95,12 +95,9 @@ def seed_rows(records: Sequence[dict], by_seed: dict[int, dict[str, dict]], k: i
         lab = ctl.labels(sig.never[metric], sig.always[metric])
         u = sig.u[GATE][k]
 
-        def ci(y):
-            nan = (float("nan"),) * 3
-            return ctl.auroc_ci(u, y, n_boot, run_seed) if min(y.sum(), (~y).sum()) >= an.MIN_CLASS else nan
-
         rows.append(SeedRow(seed, an.verdict(sig, dev, test, metric, k, n_boot, run_seed, gate=GATE),
-                            ci(lab["never_wrong"]), ci(lab["helps"])))
+                            an.auroc_or_nan(u, lab["never_wrong"], n_boot, run_seed),
+                            an.auroc_or_nan(u, lab["helps"], n_boot, run_seed)))
     return metric, rows
 
 
