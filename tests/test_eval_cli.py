@@ -32,6 +32,7 @@ def test_eval_resumes_and_logs_decisions(tmp_path, small_index_dir):
     assert main([*args, "--limit", "2"]) == 0
     first = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
     assert len(first) == 2
+    first_ids = [x["id"] for x in first]
     r = first[0]
     assert set(r["scores"]) == {"entropy", "margin", "variance"} and "5" in r["scores"]["margin"]
     assert {"em", "f1", "acc", "answer"} <= set(r["never"]) and "tok_ctx" in r["always"]
@@ -46,6 +47,16 @@ def test_eval_resumes_and_logs_decisions(tmp_path, small_index_dir):
     assert [r["records_new"] for r in cfg["runs"]] == [2, 1]  # every run's throughput, the first included
     ids = [json.loads(x)["id"] for x in (out / "records.jsonl").read_text().splitlines()]
     assert len(ids) == len(set(ids)) == 3
+    # the dev/test split is by position, so the resumed file lists the questions in the sample's
+    # order (its new question sorts between the first two), and the report reads them so
+    from targ_mlx.eval.datasets import read_jsonl as read_items, sample
+
+    assert ids == [it.id for it in sample(read_items(NQ), 3, 0)] != [*first_ids, *set(ids) - set(first_ids)]
+    lines = (out / "records.jsonl").read_text().splitlines()
+    summary = (out / "summary.csv").read_text()
+    (out / "records.jsonl").write_text("\n".join(lines[::-1]) + "\n")
+    assert main([*args, "--limit", "3", "--report-only"]) == 0
+    assert (out / "records.jsonl").read_text().splitlines() == lines and (out / "summary.csv").read_text() == summary
     for name in ("summary.md", "summary.csv", "points.csv", "config.json", "latency.jsonl"):
         assert (out / name).is_file(), name
     text = (out / "summary.md").read_text()

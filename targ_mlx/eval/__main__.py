@@ -110,7 +110,7 @@ def _versions() -> dict:
 
 def evaluate_dataset(name, items, args, out: Path, bb, retriever, log, session) -> dict:
     from targ_mlx.eval import report
-    from targ_mlx.eval.run import latency_items, read_jsonl, run_latency, run_records
+    from targ_mlx.eval.run import in_item_order, latency_items, read_jsonl, run_latency, run_records
 
     out.mkdir(parents=True, exist_ok=True)
     s = RecordSettings(k_max=args.k_max, n_samples=args.n_samples, temperature=args.temp, beta=args.beta,
@@ -147,7 +147,7 @@ def evaluate_dataset(name, items, args, out: Path, bb, retriever, log, session) 
         run_latency(bb, retriever, timed, never, s, out)  # any left over from an earlier cut-short run
         run_info["latency_seconds"] = lat_s[0] + time.perf_counter() - t0
         run_info["latency_new"] = len(read_jsonl(out / "latency.jsonl")) - timed_before
-    records = read_jsonl(out / "records.jsonl")
+    records = in_item_order(out / "records.jsonl", items)
     latency = {r["id"]: r for r in read_jsonl(out / "latency.jsonl")}
     config = {"dataset": name, "n_items": len(items), "args": {k: v for k, v in vars(args).items()},
               "settings": asdict(s), "versions": _versions(), "model": bb.model_id if bb is not None else (args.model or "smollm2-135m"),
@@ -198,19 +198,20 @@ def _reusable(folder: str | None, name: str, out: Path, s: RecordSettings, model
 def _fill_hits(out: Path, records: list[dict], items, retriever, top_k: int) -> None:
     """Records written before answer hit@K was recorded get it from a search of the same index (no model)."""
     from targ_mlx.eval.metrics import contains
-    from targ_mlx.eval.run import RECORDS
+    from targ_mlx.eval.run import RECORDS, read_jsonl, write_jsonl
 
     todo = [r for r in records if "hit" not in r["always"]]
     if not todo:
         return
     answers = {it.id: it.answers for it in items}
     found = retriever.search_batch([r["question"].strip() for r in todo], top_k)
-    for r, hits in zip(todo, found):
-        r["always"]["hit"] = contains(" ".join(h.text for h in hits), answers.get(r["id"], r["answers"]))
-    text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
-    tmp = out / (RECORDS + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(out / RECORDS)
+    hit = {r["id"]: contains(" ".join(h.text for h in hits), answers.get(r["id"], r["answers"]))
+           for r, hits in zip(todo, found)}
+    rows = read_jsonl(out / RECORDS)  # every row, also those of questions outside this --limit
+    for r in rows:
+        if r["id"] in hit:
+            r["always"]["hit"] = hit[r["id"]]
+    write_jsonl(out / RECORDS, rows)
 
 
 def _corpus_info(retriever) -> dict:

@@ -47,10 +47,17 @@ def append_jsonl(path: Path, rows: Sequence[dict]) -> None:
         f.flush()
 
 
+def write_jsonl(path: Path, rows: Sequence[dict]) -> None:
+    """Replace the file with `rows` atomically: an interrupted rewrite leaves the old file."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    tmp.replace(path)
+
+
 def _repair(path: Path, rows: list[dict]) -> None:
     """Rewrite the file without a torn tail so appends start on a fresh line."""
     if path.is_file() and not path.read_text(encoding="utf-8").endswith("\n") and path.stat().st_size:
-        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+        write_jsonl(path, rows)
 
 
 def resume_jsonl(path: Path) -> tuple[list[dict], set[str]]:
@@ -58,6 +65,21 @@ def resume_jsonl(path: Path) -> tuple[list[dict], set[str]]:
     have = read_jsonl(path)
     _repair(path, have)
     return have, {r["id"] for r in have}
+
+
+def in_item_order(path: Path, items: Sequence[QAItem]) -> list[dict]:
+    """The rows of `path` in the order of `items`, the file rewritten so when it was not.
+
+    The dev/test split is by position (`sweep.split`), so every run over the same questions must
+    list them alike; a run resumed from another `--limit` appended its new questions after the old
+    ones. Rows of questions not in `items` (a smaller `--limit` than recorded) keep their place after.
+    """
+    rows = read_jsonl(path)
+    pos = {it.id: i for i, it in enumerate(items)}
+    ordered = sorted(rows, key=lambda r: pos.get(r["id"], len(pos)))  # stable: the others keep file order
+    if [r["id"] for r in ordered] != [r["id"] for r in rows]:
+        write_jsonl(path, ordered)
+    return ordered
 
 
 def run_records(bb, retriever, items: Sequence[QAItem], s: RecordSettings, out_dir: Path, batch_size: int = DEFAULT_BATCH,

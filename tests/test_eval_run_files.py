@@ -1,0 +1,48 @@
+"""The eval's JSONL files: an interrupted write is repaired on resume, and the records are read in
+the sample's order whatever order a resumed run appended them in (the dev/test split is by position)."""
+
+import json
+
+from targ_mlx.eval.datasets import QAItem
+from targ_mlx.eval.run import append_jsonl, in_item_order, read_jsonl, resume_jsonl
+
+
+def _items(*ids):
+    return [QAItem(id=i, question=f"q {i}", answers=("a",)) for i in ids]
+
+
+def test_a_torn_last_line_is_dropped_and_the_next_append_starts_clean(tmp_path):
+    path = tmp_path / "records.jsonl"
+    append_jsonl(path, [{"id": "a"}, {"id": "b"}])
+    with path.open("a") as f:
+        f.write('{"id": "c", "nev')  # the process died mid-write
+    have, done = resume_jsonl(path)
+    assert done == {"a", "b"}
+    append_jsonl(path, [{"id": "c"}])
+    assert [r["id"] for r in read_jsonl(path)] == ["a", "b", "c"]
+
+
+def test_records_are_read_and_rewritten_in_the_samples_order(tmp_path):
+    path = tmp_path / "records.jsonl"
+    # a run with a smaller --limit recorded q1 and q3; the resumed run appended q2 after them
+    append_jsonl(path, [{"id": "q1", "x": 1}, {"id": "q3", "x": 3}, {"id": "q2", "x": 2}])
+    rows = in_item_order(path, _items("q1", "q2", "q3"))
+    assert [r["id"] for r in rows] == ["q1", "q2", "q3"]
+    assert [json.loads(x)["id"] for x in path.read_text().splitlines()] == ["q1", "q2", "q3"]
+    assert {r["id"]: r["x"] for r in rows} == {"q1": 1, "q2": 2, "q3": 3}  # nothing lost or changed
+
+
+def test_records_outside_the_sample_are_kept_after_it(tmp_path):
+    path = tmp_path / "records.jsonl"
+    append_jsonl(path, [{"id": "z"}, {"id": "q2"}, {"id": "y"}, {"id": "q1"}])
+    rows = in_item_order(path, _items("q1", "q2"))  # a report with a smaller --limit than recorded
+    assert [r["id"] for r in rows] == ["q1", "q2", "z", "y"]
+    assert len(read_jsonl(path)) == 4
+
+
+def test_an_ordered_file_is_not_rewritten(tmp_path):
+    path = tmp_path / "records.jsonl"
+    append_jsonl(path, [{"id": "q1"}, {"id": "q2"}])
+    before = path.stat().st_mtime_ns
+    in_item_order(path, _items("q1", "q2"))
+    assert path.stat().st_mtime_ns == before and not (tmp_path / "records.jsonl.tmp").exists()
