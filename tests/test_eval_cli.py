@@ -93,6 +93,16 @@ def test_second_corpus_reuses_the_corpus_free_fields(tmp_path, small_index_dir, 
         assert {k: s[k] for k in ("draft", "samples", "never", "scores")} == {k: r[k] for k in ("draft", "samples", "never", "scores")}
     cfg = json.loads((b / "config.json").read_text())
     assert cfg["corpus_regime"] in ("clean", "seeded") and cfg["corpora"]
+    # records made before hit@K existed get it from a search; a smaller --limit keeps the other rows
+    rows = [json.loads(x) for x in (b / "records.jsonl").read_text().splitlines()]
+    for r in rows:
+        del r["always"]["hit"]
+    (b / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main([*common, "--limit", "2", "--output-dir", str(b)]) == 0
+    after = {r["id"]: r for r in map(json.loads, (b / "records.jsonl").read_text().splitlines())}
+    assert after.keys() == second.keys()  # the question outside --limit 2 is still there
+    assert [q for q, r in after.items() if "hit" in r["always"]] == [q for q in after if q != "nq_open_dev_3104"]
+    assert all(after[q]["always"]["hit"] == second[q]["always"]["hit"] for q in after if q != "nq_open_dev_3104")
     # settings that change the corpus-free fields are refused with the fix
     assert main([*common, "--output-dir", str(tmp_path / "c"), "--reuse-records", str(a), "--max-tokens", "7"]) == 2
     err = capsys.readouterr().err
