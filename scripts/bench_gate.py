@@ -26,8 +26,8 @@ bind_openblas()  # before mlx.core loads
 
 from targ_mlx import pipeline
 from targ_mlx.assistant import Assistant, Settings
-from targ_mlx.backbone import load_backbone
-from targ_mlx.draft import draft
+from targ_mlx.runtime.backbone import load_backbone
+from targ_mlx.runtime.draft import draft
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "qa", "nq_open_dev.jsonl")
 

@@ -3,7 +3,7 @@
 Compiles a loop of 12 independent accumulator chains (8 for AVX2, whose 16 registers hold no more without spilling; no loads)
 for the instructions the kernels use: `vpdpbusd` on 512-bit registers (AVX512-VNNI) and
 `vpmaddubsw` + `vpaddw` on 256-bit registers (AVX2, each product pair summed into 16 bits, as
-`targ_mlx/native/csrc/qgemm.h` and llama.cpp's AVX2 kernels do). Prefill of a model costs about
+`targ_mlx/runtime/native/csrc/qgemm.h` and llama.cpp's AVX2 kernels do). Prefill of a model costs about
 its weight count in multiply-adds per token, so tokens/s x MACs/token over cores x this rate is
 the share of the peak a prefill reaches (BENCHMARKS.md, "Why the 1.5B model's prefill is at
 llama.cpp's").

@@ -1,4 +1,4 @@
-"""How much repacking a K-quant GGUF for the kernels changes the model (targ_mlx.gguf_blocks).
+"""How much repacking a K-quant GGUF for the kernels changes the model (targ_mlx.runtime.gguf_blocks).
 
 The reference is the float32 model dequantized by the `gguf` package. It decodes 64 greedy
 tokens for each of 50 NQ-Open questions (chat prompts, batched). Each candidate (the same file
@@ -24,9 +24,10 @@ bind_openblas()  # before mlx.core loads: importing targ_mlx alone binds nothing
 import mlx.core as mx  # noqa: E402
 import numpy as np  # noqa: E402
 
-from targ_mlx import batch, gguf, prompts
-from targ_mlx.backbone import ALIASES, Backbone, alias_path
-from targ_mlx.tokenizer import tokenizer_from_gguf
+from targ_mlx import prompts
+from targ_mlx.runtime import batch, gguf
+from targ_mlx.runtime.backbone import ALIASES, Backbone, alias_path
+from targ_mlx.runtime.tokenizer import tokenizer_from_gguf
 
 QUESTIONS = Path(__file__).resolve().parents[2] / "shared" / "data" / "aligned" / "nq_open_dev_gold.jsonl"
 

@@ -166,7 +166,7 @@ def main(argv=None):
     ap.add_argument("--example", nargs=2, metavar=("Q1", "Q2"), help="also print each way's top 5 for Q2 after Q1")
     args = ap.parse_args(argv)
     from targ_mlx.assistant import Assistant, Settings
-    from targ_mlx.backbone import load_backbone
+    from targ_mlx.runtime.backbone import load_backbone
     from targ_mlx.index import open_retriever
 
     os.makedirs(args.output_dir, exist_ok=True)

@@ -17,8 +17,8 @@ import json
 from targ_mlx import bind_openblas
 
 bind_openblas()  # before mlx.core loads
-from targ_mlx.backbone import load_backbone  # noqa: E402
-from targ_mlx.model_spec import ALIASES, alias_path  # noqa: E402
+from targ_mlx.runtime.backbone import load_backbone  # noqa: E402
+from targ_mlx.runtime.model_spec import ALIASES, alias_path  # noqa: E402
 from targ_mlx.eval.metrics import contains, exact_match  # noqa: E402
 from targ_mlx.pipeline import prompt_ids  # noqa: E402
 

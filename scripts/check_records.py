@@ -18,7 +18,7 @@ from pathlib import Path
 from targ_mlx import bind_openblas
 
 bind_openblas()  # before mlx.core loads
-from targ_mlx.backbone import load_backbone  # noqa: E402
+from targ_mlx.runtime.backbone import load_backbone  # noqa: E402
 from targ_mlx.eval.datasets import QAItem  # noqa: E402
 from targ_mlx.eval.record import RecordSettings, record_batch  # noqa: E402
 from targ_mlx.eval.run import read_jsonl  # noqa: E402

@@ -22,9 +22,9 @@ bind_openblas()  # before mlx.core loads: importing targ_mlx alone binds nothing
 import mlx.core as mx  # noqa: E402
 from mlx.utils import tree_flatten  # noqa: E402
 
-from targ_mlx.backbone import ALIASES, alias_path
-from targ_mlx.gguf import load_gguf
-from targ_mlx.tokenizer import tokenizer_from_gguf
+from targ_mlx.runtime.backbone import ALIASES, alias_path
+from targ_mlx.runtime.gguf import load_gguf
+from targ_mlx.runtime.tokenizer import tokenizer_from_gguf
 
 
 def write_tokenizer(tok, out: Path) -> None:

@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from targ_mlx import pipeline
-from targ_mlx.backbone import Backbone
+from targ_mlx.runtime.backbone import Backbone
 from targ_mlx.calibration_rows import budget_tau, fit_tau, score_rows
 from targ_mlx.config import Config, load_config, save_tau
 from targ_mlx.decision_log import DecisionLog
-from targ_mlx.draft import continue_greedy, generate
+from targ_mlx.runtime.draft import continue_greedy, generate
 from targ_mlx.errors import TargError
 from targ_mlx.records import Answer, Latency, PassageRef, TokenCounts
 from targ_mlx.retrieval import Retriever
@@ -91,7 +91,7 @@ class Assistant:
 
     def reload_model(self, spec: str) -> Backbone:
         """Load another model (slow: call it from a worker) and re-resolve tau under its key."""
-        from targ_mlx.backbone import load_backbone
+        from targ_mlx.runtime.backbone import load_backbone
 
         bb = load_backbone(spec)
         self.backbone = bb

@@ -61,9 +61,9 @@ def open_index(paths: list[str]):
 def ask(args: argparse.Namespace) -> int:
     bind_openblas()  # before the first import of mlx.core (the assistant's)
     from targ_mlx.assistant import Assistant
-    from targ_mlx.backbone import load_backbone
+    from targ_mlx.runtime.backbone import load_backbone
     from targ_mlx.config import load_config
-    from targ_mlx.model_spec import model_key
+    from targ_mlx.runtime.model_spec import model_key
 
     cfg = load_config(args.config).merged(model=args.model, db=args.db)
     settings = settings_from_args(args, cfg, model_key(cfg.model))  # fails before the model loads

@@ -117,7 +117,7 @@ def clean_rewrite(text: str, question: str) -> str:
 def model_rewrite(backbone, question: str, history: Sequence[Turn], max_tokens: int = REWRITE_MAX_TOKENS,
                   cancel: threading.Event | None = None) -> str:
     """One short greedy generation: the model's standalone form of `question`."""
-    from targ_mlx.draft import generate
+    from targ_mlx.runtime.draft import generate
 
     tok = backbone.tokenizer
     ids = tok.chat_ids(rewrite_messages(question, history))

@@ -14,10 +14,10 @@ import time
 from typing import Any, Callable, Sequence
 
 from targ_mlx import conversation, gates, prompts, retrieval
-from targ_mlx.backbone import Backbone
+from targ_mlx.runtime.backbone import Backbone
 from targ_mlx.conversation import Turn
 from targ_mlx.defaults import RECHECK_GATES, SCORED_GATES
-from targ_mlx.draft import Draft, continue_with_stats, draft, generate
+from targ_mlx.runtime.draft import Draft, continue_with_stats, draft, generate
 from targ_mlx.errors import QuestionError
 from targ_mlx.retrieval import Passage
 

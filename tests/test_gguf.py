@@ -18,8 +18,8 @@ from gguf import GGMLQuantizationType, GGUFWriter
 from gguf.constants import GGML_QUANT_SIZES
 from gguf.quants import dequantize, quantize
 
-from targ_mlx import gguf_blocks
-from targ_mlx.backbone import alias_path, load_backbone
+from targ_mlx.runtime import gguf_blocks
+from targ_mlx.runtime.backbone import alias_path, load_backbone
 
 HIDDEN, FFN, LAYERS, HEADS, KV = 64, 128, 2, 4, 2
 
@@ -110,7 +110,7 @@ def test_block_type_mlx_cannot_read_loads(tmp_path, vocab_meta):
         mx.load(str(q5), return_metadata=True)  # the reason for the gguf-package fallback
     bb = load_backbone(str(q5))
     # Q5_0 is repacked to 8-bit groups for the kernels (exactly), else dequantized to float32
-    assert bb.info["arch"] == "llama" and bb.dtype == ("q8" if bb.engine.name == "targ_mlx.native" else "float32")
+    assert bb.info["arch"] == "llama" and bb.dtype == ("q8" if bb.engine.name == "targ_mlx.runtime.native" else "float32")
     ref = load_backbone(str(_write(tmp_path / "tiny-f32.gguf", "llama", GGMLQuantizationType.F32, vocab_meta)))
     a, b = _logits(bb), _logits(ref)
     assert np.isfinite(a).all()
@@ -127,7 +127,7 @@ def test_qwen2_gguf_maps_biases(tmp_path, vocab_meta):
     assert np.isfinite(_logits(bb)).all()
 
 
-# --- K-quants and the other block types, repacked as affine groups of 32 (targ_mlx.gguf_blocks)
+# --- K-quants and the other block types, repacked as affine groups of 32 (targ_mlx.runtime.gguf_blocks)
 
 Q = GGMLQuantizationType
 REAL_ROWS = np.load(Path(__file__).parent / "data" / "qwen15b_kquant_rows.npz")
@@ -192,13 +192,13 @@ def _kquant_file(tmp_path, vocab_meta):
 
 
 def test_k_quant_file_runs_on_the_kernels(tmp_path, vocab_meta):
-    from targ_mlx import native
+    from targ_mlx.runtime import native
 
     if native.module() is None:
         pytest.skip(f"CPU kernels unavailable: {native.status()}")
     path = _kquant_file(tmp_path, vocab_meta)
     bb = load_backbone(str(path), kernels=True)
-    assert bb.engine.name == "targ_mlx.native" and bb.dtype == "q4"
+    assert bb.engine.name == "targ_mlx.runtime.native" and bb.dtype == "q4"
     ref = load_backbone(str(path), dtype="float32", kernels=False)  # gguf-py's dequantization
     assert ref.engine.name == "mlx" and ref.dtype == "float32"
     a, b = _logits(bb), _logits(ref)
@@ -207,8 +207,8 @@ def test_k_quant_file_runs_on_the_kernels(tmp_path, vocab_meta):
 
 
 def test_repack_cache_is_hit_then_rebuilt_when_corrupt(tmp_path, vocab_meta, monkeypatch):
-    from targ_mlx import gguf, native
-    from targ_mlx import repack as cache
+    from targ_mlx.runtime import gguf, native
+    from targ_mlx.runtime import repack as cache
 
     if native.module() is None:
         pytest.skip(f"CPU kernels unavailable: {native.status()}")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 ENTRY_POINTS = {"targ_mlx.cli", "targ_mlx.calibrate", "targ_mlx.__main__", "targ_mlx.eval.__main__",
-                "targ_mlx.index.__main__", "targ_mlx.native.__main__", "tui.__main__"}
+                "targ_mlx.index.__main__", "targ_mlx.runtime.native.__main__", "tui.__main__"}
 CONSOLE_SCRIPT_HOLDERS = {"targ_mlx.eval"}  # its __init__ holds `targ-eval`, a lazy call of __main__
 
 
@@ -84,8 +84,8 @@ def test_retrieval_does_not_import_the_index():
 def test_native_imports_nothing_else_from_targ_mlx():
     graph = import_graph()
     for mod, deps in graph.items():
-        if mod.startswith("targ_mlx.native") and mod != "targ_mlx.native.__main__":
-            assert {d for d in deps if not d.startswith("targ_mlx.native")} == set(), mod
+        if mod.startswith("targ_mlx.runtime.native") and mod != "targ_mlx.runtime.native.__main__":
+            assert {d for d in deps if not d.startswith("targ_mlx.runtime.native")} == set(), mod
 
 
 def test_the_core_never_imports_the_tui_or_an_entry_point():
@@ -101,18 +101,18 @@ def test_the_core_never_imports_the_tui_or_an_entry_point():
 # Lowest first; a module imports only from its own layer or below. Prefix match, longest wins.
 LAYERS = (
     ("targ_mlx", "targ_mlx._blas", "targ_mlx.defaults", "targ_mlx.errors", "targ_mlx.records",
-     "targ_mlx.retrieval", "targ_mlx.calibration", "targ_mlx.native", "targ_mlx.eval.metrics",
+     "targ_mlx.retrieval", "targ_mlx.calibration", "targ_mlx.runtime.native", "targ_mlx.eval.metrics",
      "targ_mlx.eval.probes"),
-    ("targ_mlx.config", "targ_mlx.log_store", "targ_mlx.model_files", "targ_mlx.model_spec", "targ_mlx.gates",
-     "targ_mlx.prompts", "targ_mlx.tokenizer", "targ_mlx.gguf", "targ_mlx.repack", "targ_mlx.index"),
-    ("targ_mlx.settings", "targ_mlx.transcript", "targ_mlx.sampling", "targ_mlx.engine"),
-    ("targ_mlx.decision_log", "targ_mlx.backbone"),
-    ("targ_mlx.draft", "targ_mlx.batch", "targ_mlx.calibration_rows", "targ_mlx.conversation"),
+    ("targ_mlx.config", "targ_mlx.log_store", "targ_mlx.runtime.model_files", "targ_mlx.runtime.model_spec", "targ_mlx.gates",
+     "targ_mlx.prompts", "targ_mlx.runtime.tokenizer", "targ_mlx.runtime.gguf", "targ_mlx.runtime.repack", "targ_mlx.index"),
+    ("targ_mlx.settings", "targ_mlx.transcript", "targ_mlx.runtime.sampling", "targ_mlx.runtime.engine"),
+    ("targ_mlx.decision_log", "targ_mlx.runtime.backbone"),
+    ("targ_mlx.runtime.draft", "targ_mlx.runtime.batch", "targ_mlx.calibration_rows", "targ_mlx.conversation"),
     ("targ_mlx.pipeline",),
     ("targ_mlx.assistant", "targ_mlx.eval"),
     ("targ_mlx.flags",),
     ("targ_mlx.cli", "targ_mlx.calibrate", "targ_mlx.__main__", "targ_mlx.eval.__main__", "targ_mlx.index.__main__",
-     "targ_mlx.native.__main__", "tui"),
+     "targ_mlx.runtime.native.__main__", "tui"),
 )
 
 

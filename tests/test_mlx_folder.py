@@ -11,8 +11,8 @@ import pytest
 from mlx.utils import tree_flatten
 
 from targ_mlx import prompts
-from targ_mlx.backbone import alias_path, load_backbone
-from targ_mlx.draft import draft
+from targ_mlx.runtime.backbone import alias_path, load_backbone
+from targ_mlx.runtime.draft import draft
 from targ_mlx.errors import ModelLoadError
 
 _spec = importlib.util.spec_from_file_location("gguf_to_mlx", Path(__file__).parents[1] / "scripts" / "gguf_to_mlx.py")

@@ -1,4 +1,4 @@
-"""The CPU kernels (targ_mlx.native) against MLX's own ops and the mlx-lm model.
+"""The CPU kernels (targ_mlx.runtime.native) against MLX's own ops and the mlx-lm model.
 
 Each kernel is compared with the MLX computation it replaces; the whole decoder is compared
 with the mlx-lm forward on the same (Q4_1) weights, whose only difference is that the kernels
@@ -13,11 +13,12 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from targ_mlx import batch, native, prompts
-from targ_mlx.backbone import load_backbone
-from targ_mlx.draft import continue_greedy, draft
+from targ_mlx import prompts
+from targ_mlx.runtime import batch, native
+from targ_mlx.runtime.backbone import load_backbone
+from targ_mlx.runtime.draft import continue_greedy, draft
 from targ_mlx.gates import step_entropy, step_gap
-from targ_mlx.native import pack
+from targ_mlx.runtime.native import pack
 
 pytestmark = pytest.mark.skipif(sys.platform == "darwin", reason="the CPU kernels are for CPU-only MLX (Linux)")
 
@@ -149,7 +150,7 @@ def test_select_greedy_statistics_and_sampling(N):
 
 
 def test_select_matches_the_mlx_version(N, backbone):
-    from targ_mlx import sampling
+    from targ_mlx.runtime import sampling
 
     lg = mx.random.normal((3, 1000)) * 2
     it, u = mx.array([0.0, 1 / 0.7, 1 / 0.7]), mx.array([0.3, 0.31, 0.9])
@@ -180,8 +181,8 @@ def mlx_backbone():
 
 
 def test_backbone_runs_on_the_kernels(backbone):
-    assert backbone.engine.name == "targ_mlx.native", backbone.info
-    assert backbone.info["kernels"].startswith("targ_mlx.native on")
+    assert backbone.engine.name == "targ_mlx.runtime.native", backbone.info
+    assert backbone.info["kernels"].startswith("targ_mlx.runtime.native on")
 
 
 def test_every_array_is_evaluated_on_the_loading_thread(N, mlx_backbone):
@@ -190,7 +191,7 @@ def test_every_array_is_evaluated_on_the_loading_thread(N, mlx_backbone):
     lists (layers[i].qkv[j].scales): build must reach them too."""
     import threading
 
-    from targ_mlx.native.model import NativeLM
+    from targ_mlx.runtime.native.model import NativeLM
 
     lm = NativeLM.build(mlx_backbone.model, N)
     errors = []

@@ -1,12 +1,12 @@
-"""Kernels or MLX's own layers, chosen by measurement (targ_mlx/native/choice.py)."""
+"""Kernels or MLX's own layers, chosen by measurement (targ_mlx/runtime/native/choice.py)."""
 
 import json
 import sys
 
 import pytest
 
-from targ_mlx import native
-from targ_mlx.native import choice
+from targ_mlx.runtime import native
+from targ_mlx.runtime.native import choice
 
 pytestmark = pytest.mark.skipif(sys.platform == "darwin", reason="the CPU kernels are for CPU-only MLX (Linux)")
 
@@ -37,7 +37,7 @@ def test_measure_times_both_paths_and_the_saved_choice_is_reused(tmp_path):
 
 
 def test_a_choice_for_mlx_turns_the_kernels_off_and_the_model_runs_on_mlx(monkeypatch):
-    from targ_mlx.backbone import load_backbone
+    from targ_mlx.runtime.backbone import load_backbone
 
     mod = native.module()
     assert mod is not None, native.status()
@@ -55,7 +55,7 @@ def test_a_choice_for_mlx_turns_the_kernels_off_and_the_model_runs_on_mlx(monkey
         assert native.ops() is None
         assert native.status().startswith("off: MLX's own layers are faster here")
         assert load_backbone("smollm2-135m").engine.name == "mlx"
-        assert load_backbone("smollm2-135m", kernels=True).engine.name == "targ_mlx.native"  # asked by name
+        assert load_backbone("smollm2-135m", kernels=True).engine.name == "targ_mlx.runtime.native"  # asked by name
         path.write_text(json.dumps({"kernels": fast, "mlx": slow, "simd": mod.simd()}))
         monkeypatch.setattr(native, "_CHOSEN", False)
         assert native.ops() is mod and native.status().startswith("on (")

@@ -5,9 +5,9 @@ Algorithm 1's skip == Never identity on it. Skipped only when the extra is not i
 import pytest
 
 from targ_mlx.assistant import Assistant, Settings
-from targ_mlx.backbone import ALIASES, alias_path, load_backbone
+from targ_mlx.runtime.backbone import ALIASES, alias_path, load_backbone
 from targ_mlx.errors import ModelLoadError
-from targ_mlx.model_files import GGUF_MAGIC, PartedFile, joined_file
+from targ_mlx.runtime.model_files import GGUF_MAGIC, PartedFile, joined_file
 
 ALIAS = "qwen2.5-coder-1.5b"
 

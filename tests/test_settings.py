@@ -8,7 +8,7 @@ from targ_mlx.cli import main as ask_main
 from targ_mlx.cli import setup_arg_parser as ask_parser
 from targ_mlx.config import Config, load_config, save_tau
 from targ_mlx.flags import settings_from_args
-from targ_mlx.model_spec import alias_path, model_key
+from targ_mlx.runtime.model_spec import alias_path, model_key
 from targ_mlx.settings import Settings
 from tui.__main__ import setup_arg_parser as chat_parser
 

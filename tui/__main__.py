@@ -32,7 +32,7 @@ def make_loader(cfg, settings, folders: list[str] | None = None):
 
     def load(progress):
         from targ_mlx.assistant import Assistant
-        from targ_mlx.backbone import load_backbone
+        from targ_mlx.runtime.backbone import load_backbone
         from targ_mlx.index.background import BuildingIndex
 
         progress(f"loading model {cfg.model}")
@@ -74,7 +74,7 @@ def _run(args: argparse.Namespace) -> int:
     from targ_mlx.decision_log import DecisionLog
     from tui.app import make_app
 
-    from targ_mlx.model_spec import model_key
+    from targ_mlx.runtime.model_spec import model_key
 
     cfg = load_config(args.config).merged(model=args.model, db=args.db)
     settings = settings_from_args(args, cfg, model_key(cfg.model))  # fails before the model loads

@@ -241,7 +241,7 @@ def run(args) -> int:
     session = f"eval-{uuid.uuid4().hex[:8]}"
     if not args.report_only:
         from targ_mlx import index
-        from targ_mlx.backbone import DEFAULT_MODEL, load_backbone
+        from targ_mlx.runtime.backbone import DEFAULT_MODEL, load_backbone
 
         folder = args.index or str(index.default_index_dir())
         args.index = folder

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import mlx.core as mx
 
 from targ_mlx import pipeline
-from targ_mlx.backbone import Backbone
-from targ_mlx.draft import continue_greedy, draft, generate
+from targ_mlx.runtime.backbone import Backbone
+from targ_mlx.runtime.draft import continue_greedy, draft, generate
 from targ_mlx.eval import probes
 from targ_mlx.eval.datasets import QAItem
 from targ_mlx.eval.record import RecordSettings

@@ -13,8 +13,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
-from targ_mlx import batch, pipeline
-from targ_mlx.backbone import Backbone
+from targ_mlx import pipeline
+from targ_mlx.runtime import batch
+from targ_mlx.runtime.backbone import Backbone
 from targ_mlx.defaults import (  # noqa: F401  (DEFAULT_K: the eval CLI's default k)
     DEFAULT_BETA,
     DEFAULT_K,

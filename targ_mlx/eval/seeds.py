@@ -51,7 +51,8 @@ def resample(bb, records: Sequence[dict], settings: dict, seed: int, done: set[s
     """Per recorded batch with a question not in `done`: that batch's N sampled prefixes under
     `seed` and their U_var at every k. The whole batch is decoded (its composition fixes the
     draws), so an interrupted run resumes to the same samples."""
-    from targ_mlx import batch, pipeline
+    from targ_mlx import pipeline
+    from targ_mlx.runtime import batch
 
     k_max, ks, beta = settings["k_max"], settings["ks"], settings["beta"]
     for b, group in recorded_batches(records):
@@ -165,7 +166,7 @@ def report(run_dir: Path, k: int, n_boot: int) -> str:
 
 def draw(run_dir: Path, seeds: Sequence[int], model: str | None = None, quiet: bool = False) -> None:
     """Append the missing (question, seed) rows to run_dir/variance_seeds.jsonl."""
-    from targ_mlx.backbone import load_backbone
+    from targ_mlx.runtime.backbone import load_backbone
 
     cfg = json.loads((run_dir / "config.json").read_text())
     records = read_jsonl(run_dir / RECORDS)

@@ -1,6 +1,6 @@
 """GGUF block types as affine groups of 32: w = scale * q + bias, q unsigned 4 or 8 bits.
 
-This is the form MLX's quantized layers and the CPU kernels (`targ_mlx.native.pack`) take, so a
+This is the form MLX's quantized layers and the CPU kernels (`targ_mlx.runtime.native.pack`) take, so a
 GGUF tensor in one of these types loads without a float32 copy:
 
   Q4_0, Q4_1, Q4_K  -> 4 bits, exact (Q4_K: sub-blocks of 32, scale d*sc, bias -dmin*m)

@@ -17,12 +17,13 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import make_prompt_cache
 
-from targ_mlx import _blas, native
+from targ_mlx import _blas
+from targ_mlx.runtime import native
 from targ_mlx.defaults import DEFAULT_MODEL
-from targ_mlx.engine import Engine, MlxLMEngine
+from targ_mlx.runtime.engine import Engine, MlxLMEngine
 from targ_mlx.errors import ModelLoadError
-from targ_mlx.model_spec import ALIASES, alias_path, model_key
-from targ_mlx.tokenizer import ChatTokenizer, HFTokenizer, tokenizer_from_gguf
+from targ_mlx.runtime.model_spec import ALIASES, alias_path, model_key
+from targ_mlx.runtime.tokenizer import ChatTokenizer, HFTokenizer, tokenizer_from_gguf
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +93,7 @@ class Backbone:
         return self.engine.step(tokens, cache)
 
     def select(self, logits: mx.array, inv_temp: mx.array, u: mx.array) -> tuple[mx.array, ...]:
-        """(token, entropy, gap, logprob) per row; see `targ_mlx.sampling`."""
+        """(token, entropy, gap, logprob) per row; see `targ_mlx.runtime.sampling`."""
         return self.engine.select(logits, inv_temp, u)
 
 
@@ -104,7 +105,7 @@ def load_backbone(spec: str = DEFAULT_MODEL, dtype: str = "auto", kernels: bool 
             MLX model, or an mlx-lm repo id such as "mlx-community/Qwen2.5-7B-Instruct-4bit".
         dtype: for GGUF files: "auto" (the file's quantization under the CPU kernels, else
             float32 for small models on CPU), "float32", "float16", "bfloat16" or "quantized".
-        kernels: run on targ_mlx's CPU kernels (`targ_mlx.native`); None means "where they
+        kernels: run on targ_mlx's CPU kernels (`targ_mlx.runtime.native`); None means "where they
             help": a CPU-only MLX, dtype "auto" or "quantized", and a supported architecture.
     """
     if not spec or not spec.strip():
@@ -124,9 +125,9 @@ def load_backbone(spec: str = DEFAULT_MODEL, dtype: str = "auto", kernels: bool 
         bb = None
     if bb is not None:
         bb.model_id = model_key(spec)
-        if use_kernels and bb.engine.name != "targ_mlx.native":
+        if use_kernels and bb.engine.name != "targ_mlx.runtime.native":
             _attach_kernels(bb, kmod)
-        bb.info["kernels"] = "targ_mlx.native " + native.status() if bb.engine.name == "targ_mlx.native" else "mlx"
+        bb.info["kernels"] = "targ_mlx.runtime.native " + native.status() if bb.engine.name == "targ_mlx.runtime.native" else "mlx"
         if bb.engine.name == "mlx" and sys.platform == "linux" and mx.default_device() == mx.cpu and _blas.BLAS_PATH is None:
             logger.warning("MLX runs on CPU with its reference BLAS (%s); call targ_mlx.bind_openblas() before "
                            "anything imports mlx.core, as the entry points do", _blas.BLAS_STATUS)
@@ -140,8 +141,8 @@ def load_backbone(spec: str = DEFAULT_MODEL, dtype: str = "auto", kernels: bool 
 
 def _attach_kernels(bb: Backbone, kmod) -> None:
     """Run `bb` on the CPU kernels when its architecture allows (else it stays on mlx-lm)."""
-    from targ_mlx.native.engine import NativeEngine
-    from targ_mlx.native.model import NativeLM, unsupported
+    from targ_mlx.runtime.native.engine import NativeEngine
+    from targ_mlx.runtime.native.model import NativeLM, unsupported
 
     why = unsupported(bb.model)
     if why:
@@ -151,12 +152,12 @@ def _attach_kernels(bb: Backbone, kmod) -> None:
 
 
 def _load_gguf_backbone(path: str, dtype: str, kmod) -> Backbone:
-    from targ_mlx.gguf import load_gguf
+    from targ_mlx.runtime.gguf import load_gguf
 
     engine = None
     if kmod is not None and dtype in ("auto", "quantized"):
-        from targ_mlx.repack import load_gguf_native  # repacked once, then from the disk cache
-        from targ_mlx.native.engine import NativeEngine
+        from targ_mlx.runtime.repack import load_gguf_native  # repacked once, then from the disk cache
+        from targ_mlx.runtime.native.engine import NativeEngine
 
         g, lm = load_gguf_native(path, kmod)
         engine = NativeEngine(lm) if lm is not None else None

@@ -5,7 +5,7 @@ matches MLX's Python bindings, with `-march=native` (it only ever runs where it 
 a cache folder keyed by everything that changes the binary: sources, MLX, nanobind and Python
 versions, compiler and CPU flags. Builds are locked, so concurrent processes build once.
 
-    python -m targ_mlx.native build     # what `make setup` runs; later imports find it cached
+    python -m targ_mlx.runtime.native build     # what `make setup` runs; later imports find it cached
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The CPU kernels as an engine (`targ_mlx.engine.Engine`): forward passes by `NativeLM`, token
+"""The CPU kernels as an engine (`targ_mlx.runtime.engine.Engine`): forward passes by `NativeLM`, token
 choice by the fused select kernel, and rows that read their prompt's keys in place."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ from typing import Any, Sequence
 
 import mlx.core as mx
 
-from targ_mlx.native.model import NativeLM, SharedPrefixCache
+from targ_mlx.runtime.native.model import NativeLM, SharedPrefixCache
 
 
 class NativeEngine:
-    name = "targ_mlx.native"
+    name = "targ_mlx.runtime.native"
     shares_prefix = True  # a row's keys do not depend on what follows: a reused head is bit for bit
 
     def __init__(self, lm: NativeLM):

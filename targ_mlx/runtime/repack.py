@@ -35,7 +35,7 @@ _EDGE = 1 << 20
 
 
 def entry_dir(path: str) -> Path:
-    from targ_mlx.gguf import SCALE_DTYPE
+    from targ_mlx.runtime.gguf import SCALE_DTYPE
 
     st = os.stat(path)
     key = f"{os.path.abspath(path)}|{st.st_size}|{st.st_mtime_ns}|{FORMAT}|{SCALE_DTYPE}"
@@ -104,8 +104,8 @@ def load_gguf_native(path: str, ops):
     NativeLM is None when the kernels cannot run the model (then nothing is cached)."""
     from mlx.utils import tree_flatten
 
-    from targ_mlx.gguf import check_file, load_gguf, model_from
-    from targ_mlx.native.model import NativeLM, unsupported
+    from targ_mlx.runtime.gguf import check_file, load_gguf, model_from
+    from targ_mlx.runtime.native.model import NativeLM, unsupported
 
     check_file(path)
     d = entry_dir(path)

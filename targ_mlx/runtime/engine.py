@@ -4,7 +4,7 @@ An engine feeds tokens through a KV cache and turns hidden states into logits (`
 `advance`, `last_logits`), decodes one step for a batch (`step`), picks tokens with the gate's
 statistics (`select`), and lets several rows read one prompt's keys (`share_rows`, `row`). Two
 implement it: `MlxLMEngine` here (plain mlx-lm layers; the default, any device) and
-`targ_mlx.native.engine.NativeEngine` (the CPU kernels). Nothing above the backbone asks which
+`targ_mlx.runtime.native.engine.NativeEngine` (the CPU kernels). Nothing above the backbone asks which
 one runs.
 """
 
@@ -17,7 +17,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
-from targ_mlx import sampling
+from targ_mlx.runtime import sampling
 
 
 class Engine(Protocol):

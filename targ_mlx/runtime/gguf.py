@@ -2,9 +2,9 @@
 
 Weights come from `mx.load(path, return_metadata=True)`, which keeps Q4_0/Q4_1/Q8_0 blocks as
 MLX affine-quantized triplets. Files with other block types are read with the `gguf` package:
-Q4_K, Q5_K, Q6_K, Q5_0 and Q5_1 become triplets too (`targ_mlx.gguf_blocks`, groups of 32), and
+Q4_K, Q5_K, Q6_K, Q5_0 and Q5_1 become triplets too (`targ_mlx.runtime.gguf_blocks`, groups of 32), and
 the rest (Q2_K, Q3_K, IQ*) are dequantized to float32. The tokenizer and chat template come from the same metadata
-(`targ_mlx.tokenizer`). Nothing here knows about gates or retrieval.
+(`targ_mlx.runtime.tokenizer`). Nothing here knows about gates or retrieval.
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def _read_with_gguf_package(path: str, first_error: Exception | None = None,
         from gguf.quants import dequantize
     except ImportError as e:  # pragma: no cover - gguf is a core dependency
         raise ModelLoadError("reading this GGUF's block types needs the `gguf` package: pip install gguf") from e
-    from targ_mlx import gguf_blocks
+    from targ_mlx.runtime import gguf_blocks
 
     try:
         reader = GGUFReader(path)

@@ -19,8 +19,8 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
-from targ_mlx.native import pack
-from targ_mlx.native.pack import Packed
+from targ_mlx.runtime.native import pack
+from targ_mlx.runtime.native.pack import Packed
 
 ARCHS = ("llama", "qwen2", "mistral")
 
@@ -301,7 +301,7 @@ def _arrays(obj, depth: int = 5) -> list[mx.array]:
         items = obj
     elif isinstance(obj, dict):
         items = list(obj.values())
-    elif type(obj).__module__.startswith("targ_mlx.native") and hasattr(obj, "__dict__"):
+    elif type(obj).__module__.startswith("targ_mlx.runtime.native") and hasattr(obj, "__dict__"):
         items = list(vars(obj).values())
     else:
         return []

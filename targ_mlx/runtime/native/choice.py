@@ -5,7 +5,7 @@ with neither (Linux on ARM, an old x86) they run scalar code that MLX's float32 
 OpenBLAS beat. So instead of a table of CPU classes, the first use of a build times a small
 decoder of the default model's layer shapes both ways (a prefill, then greedy decode steps) and
 keeps whichever gives the lower cost of a typical answer. The result is saved beside the build
-(keyed like it: sources, compiler flags, CPU) and shown by `python -m targ_mlx.native info`.
+(keyed like it: sources, compiler flags, CPU) and shown by `python -m targ_mlx.runtime.native info`.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def prefer_kernels(kernels: Timing, mlx: Timing) -> bool:
 def _models(ops):
     from mlx_lm.models import llama
 
-    from targ_mlx.native.model import NativeLM
+    from targ_mlx.runtime.native.model import NativeLM
 
     mx.random.seed(0)
     model = llama.Model(llama.ModelArgs(model_type="llama", **SHAPES))
@@ -104,7 +104,7 @@ def measure(ops) -> Choice:
 
 def choice_path(ops) -> Path:
     """Where the choice for this build and thread count is saved (beside the build)."""
-    from targ_mlx.native.build import module_path
+    from targ_mlx.runtime.native.build import module_path
 
     return module_path().parent / f"choice-{ops.threads()}threads.json"
 

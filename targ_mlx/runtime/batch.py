@@ -14,8 +14,8 @@ from typing import Any, Sequence
 import mlx.core as mx
 from mlx_lm.models.cache import BatchKVCache
 
-from targ_mlx.backbone import Backbone
-from targ_mlx.sampling import uniforms
+from targ_mlx.runtime.backbone import Backbone
+from targ_mlx.runtime.sampling import uniforms
 
 PAD_ID = 0  # any valid id: padded positions are masked out of attention
 MIN_SHARED_PREFIX = 16  # a common prompt head at least this long is run once for the whole batch

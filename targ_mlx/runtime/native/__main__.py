@@ -1,4 +1,4 @@
-"""python -m targ_mlx.native build|info: build the CPU kernels now, or say where they stand."""
+"""python -m targ_mlx.runtime.native build|info: build the CPU kernels now, or say where they stand."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m targ_mlx.native", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m targ_mlx.runtime.native", description=__doc__)
     ap.add_argument("command", choices=("build", "info"))
     ap.add_argument("--force", action="store_true", help="rebuild even if a cached build exists")
     ap.add_argument("--remeasure", action="store_true",
@@ -18,7 +18,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from targ_mlx.errors import run_cli
-    from targ_mlx.native.build import BuildError
+    from targ_mlx.runtime.native.build import BuildError
 
     return run_cli(setup_arg_parser(), _run, argv, errors=(BuildError,))
 
@@ -27,19 +27,19 @@ def _run(args: argparse.Namespace) -> int:
     from targ_mlx import bind_openblas
 
     bind_openblas()  # before the first import of mlx.core
-    from targ_mlx import native
-    from targ_mlx.native.build import build, module_path
+    from targ_mlx.runtime import native
+    from targ_mlx.runtime.native.build import build, module_path
 
     if args.command == "build":
         if not native.wanted():
-            print("targ_mlx.native: not needed here (MLX has a GPU, or TARG_MLX_NATIVE=0); nothing built")
+            print("targ_mlx.runtime.native: not needed here (MLX has a GPU, or TARG_MLX_NATIVE=0); nothing built")
             return 0
         print(build(force=args.force))
         native.ops()  # times the kernels against MLX's own layers now, not at the first question
         print(f"kernels: {native.status()}")
         return 0
     if args.remeasure:
-        from targ_mlx.native.choice import choice_path
+        from targ_mlx.runtime.native.choice import choice_path
 
         mod = native.module()
         if mod is not None:

@@ -49,7 +49,7 @@ def module():
     if _TRIED:
         return _MODULE
     _TRIED = True
-    from targ_mlx.native.build import BuildError, build
+    from targ_mlx.runtime.native.build import BuildError, build
 
     try:
         path = build()
@@ -64,7 +64,7 @@ def module():
         _STATUS = f"unavailable: {e}"
         warnings.warn(
             f"targ_mlx: fast CPU kernels unavailable, using MLX's own CPU ops (several times slower): {e}. "
-            "Fix: install a C++ compiler and `pip install nanobind`, then `python -m targ_mlx.native build`.",
+            "Fix: install a C++ compiler and `pip install nanobind`, then `python -m targ_mlx.runtime.native build`.",
             stacklevel=2,
         )
         return None
@@ -89,7 +89,7 @@ def ops():
     if os.environ.get("TARG_MLX_NATIVE", "").strip() == "1":
         _STATUS += ", forced by TARG_MLX_NATIVE=1"
     else:
-        from targ_mlx.native.choice import choice_path, load_or_measure
+        from targ_mlx.runtime.native.choice import choice_path, load_or_measure
 
         choice = load_or_measure(mod, choice_path(mod))
         if not choice.use_kernels:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from targ_mlx.model_files import PartedFile, joined_file, joined_path, package_dir, packaged_file
+from targ_mlx.runtime.model_files import PartedFile, joined_file, joined_path, package_dir, packaged_file
 
 # Offline aliases: model files shipped inside PyPI wheels (no hub access needed).
 ALIASES = {

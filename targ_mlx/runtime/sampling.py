@@ -4,7 +4,7 @@
 inv_temp is 0, else a sample from softmax(logits * inv_temp) by inverse CDF at the uniform u),
 the entropy of softmax(logits), the top-1 minus top-2 logit gap, and the token's log-probability
 under softmax(logits). This module is the MLX version (any device); on CPU the backbone uses
-the fused kernel `targ_mlx.native` provides, which computes the same values in one pass.
+the fused kernel `targ_mlx.runtime.native` provides, which computes the same values in one pass.
 
 Sampling by inverse CDF from an explicit uniform, rather than `mx.random.categorical`, makes
 both versions draw the same token for the same seed, and costs one random number per row.

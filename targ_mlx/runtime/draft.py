@@ -15,10 +15,10 @@ from typing import Any, Callable, Iterator
 
 import mlx.core as mx
 
-from targ_mlx.backbone import Backbone
+from targ_mlx.runtime.backbone import Backbone
 from targ_mlx.defaults import DEFAULT_K, DEFAULT_TEMPERATURE
 from targ_mlx.gates import DraftSignals
-from targ_mlx.sampling import uniforms
+from targ_mlx.runtime.sampling import uniforms
 
 
 
