@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 
 from targ_mlx.calibration import budget_threshold
-from targ_mlx.defaults import SCORED_GATES
+from targ_mlx.gates import draft_only_names
+
 from targ_mlx.settings import Settings
 
 # records' config.json "settings" key -> the Settings field that drafts the same way
@@ -51,7 +52,7 @@ def main(argv=None) -> int:
     ap.add_argument("records", type=Path, help="an eval run's records.jsonl")
     ap.add_argument("--budget", type=float, default=0.3, help="retrieval rate rho (default 0.3)")
     ap.add_argument("--k", type=int, default=Settings().k, help="draft prefix length (default: the assistant's)")
-    ap.add_argument("--gates", nargs="+", default=list(SCORED_GATES), choices=SCORED_GATES)
+    ap.add_argument("--gates", nargs="+", default=list(draft_only_names()), choices=draft_only_names())
     args = ap.parse_args(argv)
 
     config_path = args.records.with_name("config.json")

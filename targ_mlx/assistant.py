@@ -1,8 +1,8 @@
-"""The one module that wires backbone, gate, retriever and log: Algorithm 1 of the paper.
+"""The one module that wires backbone, gate, retriever, settings and log for the front ends.
 
-`Assistant.answer(question)` drafts k tokens from B(q), scores them, retrieves iff U > tau,
-and generates, running the stages in `pipeline.py`. A skipped answer continues the draft's KV cache, so it is token-for-token the
-Never-RAG answer and costs only the gate arithmetic.
+`Assistant.answer(question)` runs the one answer runner (`runner.stream_answer`: draft, search
+if the gate looks at it, decide, read or continue the draft) and logs the decision. It holds
+what a session changes: the model, the index, the gate and its threshold.
 """
 
 from __future__ import annotations
@@ -13,20 +13,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Protocol
 
-from targ_mlx import pipeline
+from targ_mlx import runner
 from targ_mlx.runtime.backbone import Backbone
 from targ_mlx.calibration_rows import budget_tau, fit_tau, score_rows
 from targ_mlx.config import Config, load_config, save_tau
 from targ_mlx.decision_log import DecisionLog
-from targ_mlx.runtime.draft import continue_greedy, generate
-from targ_mlx.errors import TargError
-from targ_mlx.records import Answer, Latency, PassageRef, TokenCounts
+from targ_mlx.errors import NoRetrieverError, TargError  # noqa: F401  (re-exported)
+from targ_mlx.records import Answer
 from targ_mlx.retrieval import Retriever
 from targ_mlx.settings import Settings  # noqa: F401  (re-exported: Assistant(bb, r, Settings(...)))
-
-
-class NoRetrieverError(TargError):
-    pass
 
 
 class NotScoredError(TargError):
@@ -144,94 +139,30 @@ class Assistant:
         return self._retriever
 
     def answer(self, question: str, *, history=(), on_text: Callable[[str], None] | None = None,
-               cancel: threading.Event | None = None, log_extra: dict | None = None, **overrides) -> Answer:
-        """Answer one question; `on_text` receives the cumulative answer text as it streams.
+               on_event: Callable[[runner.Event], None] | None = None, cancel: threading.Event | None = None,
+               log_extra: dict | None = None, **overrides) -> Answer:
+        """Answer one question through the one runner (`runner.stream_answer`) and log it.
 
-        `history`: earlier (question, answer) turns, oldest first; the latest that fit
-        `history_tokens` go into every prompt (the draft's too, so a skip is still Never-RAG).
+        `on_text` receives the cumulative answer text as it streams; `on_event` every event
+        (drafted, searched, decided, text, done). `history`: earlier (question, answer) turns,
+        oldest first; the latest that fit `history_tokens` go into every prompt (the draft's
+        too, so a skip is still Never-RAG).
         """
         s = replace(self.settings, **overrides) if overrides else self.settings
-        bb = self.backbone
-        t_start = time.perf_counter()
-        turns = pipeline.fit_history(bb, history, s)
-        q, base_ids = pipeline.prepare(bb, question, s, turns)
-        stream = _Streamer(bb.tokenizer, on_text)
-        lat = dict(draft=0.0, gate=0.0, retrieval=0.0, prefill=0.0, decode=0.0)
-        d = pipeline.draft_for(bb, base_ids, s)
-        if d is not None:
-            lat["draft"] = d.prefill_s + d.decode_s
-        t_gate = time.perf_counter()
-        scores = pipeline.score_draft(d.entropies, d.gaps, d.samples, s.k, s.beta) if d is not None else {}
-        decision = pipeline.gate(s, scores)
-        lat["gate"] = time.perf_counter() - t_gate
-        # while the index is still building (index.background), a question the gate would
-        # retrieve for is answered without retrieval, and the answer says why
+        # while the index is still building (index.background), the gate answers from memory
+        # and the answer says why
         unavailable = getattr(self._retriever, "status", "") if not getattr(self._retriever, "ready", True) else ""
 
-        prefix: list[int] = []  # answer tokens given before retrieving (a re-check's)
-        rechecked_at = None
-        retrieve = decision.retrieve and not unavailable
-        if not retrieve and d is None:
-            out, lat["prefill"], lat["decode"] = generate(bb, base_ids, s.max_tokens, cancel, stream.push)
-        elif not retrieve:
-            out = list(d.tokens)
-            stream.extend(out)
-            if pipeline.rechecks(s, d) and not unavailable:
-                more, retrieve, dt = pipeline.recheck(bb, d, s, cancel, stream.push)
-                if retrieve:
-                    rechecked_at, prefix = len(d.tokens) + len(more), list(d.tokens) + more
-            else:
-                more, dt = continue_greedy(bb, d, s.max_tokens - len(out), cancel, stream.push)
-            out += more
-            lat["decode"] += dt
-        packed, searched = None, ""
-        if retrieve:
-            packed, lat["retrieval"], searched = pipeline.retrieve(bb, self.retriever, q, s, len(prefix), turns, cancel)
-            more, pre, dec = pipeline.generate_with_context(bb, q, packed, s, prefix, cancel, stream.push, turns)
-            out = (out if prefix else []) + more
-            lat["prefill"] += pre
-            lat["decode"] += dec
-        text, n_out = pipeline.answer_text(bb, out, s.max_tokens)
-        out = out[: s.max_tokens]
-        eos = bb.tokenizer.eos_ids
-        finish = ("cancelled" if cancel is not None and cancel.is_set() else
-                  "stop" if out and out[-1] in eos else "length")
-        passages = packed.passages if packed is not None else ()
-        ans = Answer(
-            question=q, answer=text, model=bb.model_id, gate=s.gate, tau=s.tau, score=decision.signal,
-            retrieved=retrieve, note=unavailable if decision.retrieve else "", k=s.k, beta=s.beta, n_samples=s.n_samples if s.gate == "variance" else 0,
-            temperature=s.temperature, scores=scores,
-            passages=tuple(PassageRef(p.key, p.title, round(p.score, 6), p.text) for p in passages),
-            tokens=TokenCounts(prompt=len(base_ids), draft=len(d.tokens) if d else 0,
-                               context=packed.tokens if packed is not None else 0, output=n_out,
-                               samples=sum(len(x) for x in d.samples) if d else 0),
-            latency=Latency(total=time.perf_counter() - t_start, **lat), finish_reason=finish,
-            rechecked_at=rechecked_at, search_query=searched, history_turns=len(turns),
-        )
+        def on(ev: runner.Event) -> None:
+            if on_text is not None and isinstance(ev, runner.Text):
+                on_text(ev.text)
+            if on_event is not None:
+                on_event(ev)
+
+        ans = runner.run(self.backbone, lambda: self.retriever, question, s, on_event=on, history=history,
+                         cancel=cancel, unavailable=unavailable)
         if self.log is not None:
             index_id = self.index_id or getattr(self._retriever, "manifest_id", None)  # e.g. built meanwhile
             self.last_decision_id = self.log.record(ans, source=self.source, session=self.session,
                                                     index_id=index_id, **(log_extra or {}))
         return ans
-
-
-class _Streamer:
-    """Turns token ids into cumulative text for `on_text`, holding back split UTF-8 bytes."""
-
-    def __init__(self, tokenizer, on_text: Callable[[str], None] | None):
-        self.tok = tokenizer
-        self.on_text = on_text
-        self.ids: list[int] = []
-
-    def extend(self, ids: list[int]) -> None:
-        for i in ids:
-            self.push(i)
-
-    def push(self, tok_id: int) -> None:
-        if tok_id in self.tok.eos_ids:
-            return
-        self.ids.append(tok_id)
-        if self.on_text is not None:
-            text = self.tok.decode(self.ids)
-            if not text.endswith("\ufffd"):
-                self.on_text(text.strip())

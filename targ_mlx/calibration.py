@@ -170,3 +170,29 @@ def text_histogram(
         )
     lines.append(f"{'':19} '#' retrieves (U > tau), '.' does not")
     return "\n".join(lines)
+
+
+def isotonic(x: Sequence[float], y: Sequence[float], increasing: bool = True) -> tuple[list[float], list[float]]:
+    """Monotone least-squares fit of y on x by pool-adjacent-violators.
+
+    Returns knots (mean x, mean y) of the pooled blocks, x ascending: with linear interpolation
+    between them (`gates.evidence.interp`) a continuous monotone map, e.g. P(right | score).
+    """
+    xs = np.asarray(x, dtype=np.float64).reshape(-1)
+    ys = np.asarray(y, dtype=np.float64).reshape(-1)
+    if xs.size == 0 or xs.size != ys.size:
+        raise ValueError(f"isotonic needs x and y of one non-zero length, got {xs.size} and {ys.size}")
+    order = np.argsort(xs, kind="stable")
+    xs, ys = xs[order], ys[order] if increasing else -ys[order]
+    # blocks as [sum y, count, sum x]; merge while a block's mean exceeds the next one's
+    blocks: list[list[float]] = []
+    for xi, yi in zip(xs, ys):
+        blocks.append([yi, 1.0, xi])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1] - _TIE:
+            s, n, sx = blocks.pop()
+            blocks[-1][0] += s
+            blocks[-1][1] += n
+            blocks[-1][2] += sx
+    kx = [b[2] / b[1] for b in blocks]
+    ky = [(b[0] / b[1]) * (1 if increasing else -1) for b in blocks]
+    return kx, ky

@@ -13,8 +13,9 @@ from datetime import datetime
 from typing import Sequence
 
 from targ_mlx.calibration import accuracy_threshold, budget_threshold, retrieval_rate
-from targ_mlx.decision_log import POSITIVE_LABELS, DecisionLog
-from targ_mlx.defaults import SCORED_GATES
+from targ_mlx import gates
+from targ_mlx.decision_log import POSITIVE_LABELS, SCORE_COLUMNS, DecisionLog
+
 from targ_mlx.errors import TargError
 from targ_mlx.log_store import filters
 
@@ -60,13 +61,14 @@ def score_rows(log: DecisionLog, gate: str, k: int, model: str | None = None,
     Any row carries every score its draft computed, so a margin calibration also uses
     rows decided by another gate. `beta` narrows to one margin link (U depends on it).
     """
-    if gate not in SCORED_GATES:
-        raise ValueError(f"gate must be one of {', '.join(SCORED_GATES)}; got {gate!r}")
+    if gate not in gates.scored_names():
+        raise ValueError(f"gate must be one of {', '.join(gates.scored_names())}; got {gate!r}")
     where, params = filters(since=since, source=source, model=model, k=k, beta=beta)
-    column = f"u_{gate}"  # from the fixed SCORED_GATES, never from user text
+    # a registered name (an identifier, checked above), never free user text
+    column = f"d.u_{gate}" if gate in SCORE_COLUMNS else f"json_extract(d.extra, '$.scores.{gate}')"
     where += f" AND {column} IS NOT NULL" if where else f"WHERE {column} IS NOT NULL"
     sql = f"""
-        SELECT d.id, d.source, d.model, d.gate, d.{column} AS u, d.retrieved,
+        SELECT d.id, d.source, d.model, d.gate, {column} AS u, d.retrieved,
                d.em_never, d.em_always, d.f1_never, d.f1_always,
                (SELECT label FROM feedback f WHERE f.decision_id = d.id
                 ORDER BY f.id DESC LIMIT 1) AS label

@@ -16,8 +16,8 @@ from targ_mlx.defaults import (
     DEFAULT_TEMPERATURE,
     DEFAULT_TOP_K,
     PROMPT_STYLES,
-    SCORED_GATES,
 )
+from targ_mlx.gates import SCORED_GATES
 from targ_mlx.errors import QuestionError
 from targ_mlx.flags import add_common_args, index_folders, settings_from_args
 
@@ -90,17 +90,24 @@ def ask(args: argparse.Namespace) -> int:
         print(json.dumps(record, ensure_ascii=False))
         return 0
     print(ans.answer)
+    if ans.no_source:
+        print("(no good source found in the index: answered from memory, and the model is unsure)")
     u = "-" if ans.score is None else f"{ans.score:.3f}"
     op = ">" if ans.retrieved else "<="
-    where = f"retrieved {len(ans.passages)} passages" if ans.retrieved else "answered without retrieval"
+    where = f"read {len(ans.passages)} passages" if ans.retrieved else "answered from memory"
     lat = ans.latency
     tau_s = f"{ans.tau:.3f}" if ans.gate in SCORED_GATES else "-"
     print(f"[{ans.gate} U={u} {op} tau={tau_s}: {where}; {lat.total:.2f}s (draft {lat.draft:.2f}, "
-          f"retrieval {lat.retrieval:.2f}, generation {lat.prefill + lat.decode:.2f})]", file=sys.stderr)
+          f"search {lat.retrieval:.2f}, generation {lat.prefill + lat.decode:.2f})]", file=sys.stderr)
+    if ans.reason:
+        print(f"  why: {ans.reason}", file=sys.stderr)
     if ans.search_query and ans.search_query != ans.question:
         print(f"  searched: {ans.search_query}", file=sys.stderr)
-    for p in ans.passages:
+    for p in ans.passages:  # cited: only what was read
         print(f"  [{p.score:.3f}] {p.title}", file=sys.stderr)
+    if ans.searched and not ans.retrieved and ans.found:
+        print(f"  searched, not read: " + "; ".join(f"[{p.score:.2f}] {p.title}" for p in ans.found[:3]),
+              file=sys.stderr)
     if log is not None:
         print(f"  chat {chat}: continue with --chat {chat}", file=sys.stderr)
     return 0

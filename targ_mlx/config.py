@@ -5,7 +5,7 @@ lives under the user config dir (platformdirs) unless TARG_MLX_CONFIG or `--conf
 otherwise; `targ-calibrate --write` stores calibrated thresholds in it per model and gate:
 
     model = "smollm2-135m"
-    gate = "margin"
+    gate = "evidence"
 
     [tau]                     # defaults per gate, used for models with no calibrated value
     margin = 0.35
@@ -38,11 +38,12 @@ from targ_mlx.defaults import (
     DEFAULT_MAX_TOKENS,
     DEFAULT_MODEL,
     DEFAULT_N_SAMPLES,
-    DEFAULT_TAU,
     DEFAULT_TEMPERATURE,
     DEFAULT_TOP_K,
-    SCORED_GATES as GATES,  # gates with a threshold; never/always have none
 )
+from targ_mlx import gates as _gates
+from targ_mlx.gates import DEFAULT_TAU
+from targ_mlx.gates import SCORED_GATES as GATES  # the built-in gates with a threshold (never/always have none)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -113,7 +114,7 @@ def _frozen(mapping: Mapping) -> MappingProxyType:
 @dataclass(frozen=True)
 class Config:
     model: str = DEFAULT_MODEL  # model name as `targ ask --model` takes it
-    gate: str = DEFAULT_GATE  # entropy | margin | variance | never | always
+    gate: str = DEFAULT_GATE  # a registered gate: evidence | entropy | margin | variance | never | always
     k: int = DEFAULT_K
     beta: float = DEFAULT_BETA
     n_samples: int = DEFAULT_N_SAMPLES
@@ -139,18 +140,22 @@ class Config:
             return math.inf
         if gate == "always":
             return -math.inf
-        if gate not in GATES:
+        if gate not in _gates.scored_names():
             raise ValueError(
-                f"Unknown gate: {gate!r}; use one of {', '.join(GATES)}, never, always"
+                f"Unknown gate: {gate!r}; use one of {', '.join(_gates.scored_names())}, never, always"
             )
         for calibrated in (self.tau_by_model.get(model, {}), CALIBRATED_TAU.get(model, {})):
             if gate in calibrated:
                 return float(calibrated[gate])
-        return float(self.tau.get(gate, DEFAULT_TAU[gate]))
+        shipped = _gates.get(gate).model_tau(model)  # a gate that ships its own tau per model
+        if shipped is not None:
+            return float(shipped)
+        return float(self.tau.get(gate, _gates.get(gate).default_tau))
 
     def tau_calibrated(self, model: str, gate: str) -> bool:
         """Whether `tau_for(model, gate)` was calibrated for this model (by the user or shipped)."""
-        return gate in self.tau_by_model.get(model, {}) or gate in CALIBRATED_TAU.get(model, {})
+        return (gate in self.tau_by_model.get(model, {}) or gate in CALIBRATED_TAU.get(model, {})
+                or _gates.get(gate).model_tau(model) is not None)
 
     def merged(self, **overrides: Any) -> Config:
         """A copy with the given fields replaced, skipping None (a CLI flag not given)."""

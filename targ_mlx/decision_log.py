@@ -16,7 +16,10 @@ import json
 from datetime import datetime
 from typing import Any
 
-from targ_mlx.defaults import SCORED_GATES
+# The paper's three scores have columns of their own (u_entropy, u_margin, u_variance); every other
+# gate's score (evidence, one a user registers) and the search's signals go in `extra` as JSON.
+SCORE_COLUMNS = ("entropy", "margin", "variance")
+
 from targ_mlx.log_store import (  # noqa: F401  (re-exported: the log's public names)
     DEFAULT_LOCK_TIMEOUT,
     MIGRATIONS,
@@ -97,10 +100,14 @@ class DecisionLog(Transcript):
         if source not in SOURCES:
             raise ValueError(f"source must be one of {', '.join(SOURCES)}; got {source!r}")
         # float(): numpy scalars (np.float32 from a gate) are not SQLite-bindable.
-        scores = {g: _float(answer.scores.get(g)) for g in SCORED_GATES}
-        unknown = set(answer.scores) - set(SCORED_GATES)
+        scores = {g: _float(answer.scores.get(g)) for g in SCORE_COLUMNS}
+        unknown = set(answer.scores) - set(SCORE_COLUMNS)
         if unknown:
-            extra = {**(extra or {}), "scores": dict(answer.scores)}
+            extra = {**(extra or {}), "scores": {g: _float(u) for g, u in answer.scores.items()}}
+        if answer.searched or answer.reason:
+            # what the gate looked at and said: the search's passages (read or not) and its reason
+            extra = {**(extra or {}), "reason": answer.reason, "no_source": answer.no_source,
+                     "found": [[p.key, p.title, p.score] for p in answer.found]}
         if answer.history_turns or (answer.search_query and answer.search_query != answer.question):
             # A chat turn: what retrieval searched and how many earlier turns the prompt held.
             extra = {**(extra or {}), "search_query": answer.search_query, "history_turns": answer.history_turns}

@@ -1,17 +1,15 @@
-"""The project's vocabulary and defaults, defined once: gate names and every default setting.
+"""Every default setting, defined once (the gates' names and default taus live in their registry,
+`targ_mlx.gates`).
 
 Imported by the CLI, the chat app, the eval and the library alike; plain constants, no imports,
 so the decision log and the config read them without loading MLX.
 """
 
-from types import MappingProxyType
-
-GATES = ("entropy", "margin", "variance", "never", "always")
-SCORED_GATES = ("entropy", "margin", "variance")  # gates with a score U and a threshold tau
-RECHECK_GATES = ("entropy", "margin")  # gates whose running score a re-check can recompute
-
 DEFAULT_MODEL = "smollm2-135m"
-DEFAULT_GATE = "margin"
+# The apps' gate (config, targ ask, chat, serve): search first, read only where it likely helps
+# (results/README.md, "The evidence gate"); the library's Settings() keeps the paper's margin gate.
+DEFAULT_GATE = "evidence"
+PAPER_GATE = "margin"
 DEFAULT_K = 20  # draft prefix length (paper default)
 DEFAULT_BETA = 3.0  # margin link phi(g) = exp(-g / beta)
 DEFAULT_N_SAMPLES = 5  # variance gate: sampled prefixes
@@ -29,7 +27,3 @@ REWRITE_METHODS = ("fused", "questions", "answer", "model", "none")  # how a fol
 # (recall@20 0.731, overlap@5 0.431) against either alone (questions 0.671 / 0.409, answer
 # 0.655 / 0.384); only forms with the answer find "Leonardo da Vinci" for "when was he born?".
 DEFAULT_REWRITE = "fused"
-# Placeholders until calibrated: the median of the operating points the paper reports for
-# each gate across its datasets (Qwen2.5-7B tables). SmolLM2 is far less confident than a 7B
-# model, so expect `targ-calibrate` to move these; they only make the gate do *something*.
-DEFAULT_TAU = MappingProxyType({"entropy": 0.80, "margin": 0.35, "variance": 0.60})

@@ -17,6 +17,10 @@ class ModelLoadError(TargError):
     """A model spec, file or package that cannot be loaded."""
 
 
+class NoRetrieverError(TargError):
+    """A question the gate would read for, with no index open."""
+
+
 class QuestionError(TargError, ValueError):
     """An empty question, or one that cannot fit the model's context window."""
 

@@ -13,9 +13,9 @@ from targ_mlx.defaults import (
     DEFAULT_K,
     DEFAULT_MAX_TOKENS,
     DEFAULT_REWRITE,
-    GATES,
     REWRITE_METHODS,
 )
+from targ_mlx.gates import GATES
 from targ_mlx.settings import Settings
 
 
@@ -27,7 +27,7 @@ def add_common_args(p: argparse.ArgumentParser) -> None:
                         "(default: the offline default index, built on first use)")
     p.add_argument("--db", help="decision log (default: decisions.db under the user data dir)")
     p.add_argument("--config", help="config TOML (default: config.toml under the user config dir)")
-    p.add_argument("--gate", choices=GATES, help="gate (default from config: margin)")
+    p.add_argument("--gate", choices=GATES, help="gate (default from config: evidence, which searches first and reads only where it likely helps; the paper's: entropy, margin, variance)")
     p.add_argument("--tau", type=float, help="retrieve iff U > tau (default: calibrated value from config, else a placeholder)")
     p.add_argument("--k", type=int, help=f"draft length in tokens (default {DEFAULT_K})")
     p.add_argument("--max-tokens", type=int, help=f"answer length cap (default {DEFAULT_MAX_TOKENS})")

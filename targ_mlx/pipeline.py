@@ -1,10 +1,10 @@
-"""The stages of one answer, as functions: prepare, draft, gate, retrieve + pack, generate, re-check.
+"""The stages of one answer that do not decode: prepare, prompt ids, search + pack, answer text.
 
-Algorithm 1 of the paper, once. `Assistant.answer` (targ ask, the chat app) runs them for one
-question; the eval's record pass (`eval/record.py`, batched) and latency pass (`eval/latency.py`,
-batch 1) call the same prompt, scoring, packing and answer-text functions, so an eval question is
-priced on the path an asked question takes. Settings are duck-typed: `settings.Settings` or the
-eval's `RecordSettings` (fields prompt_style, top_k, context_tokens, max_tokens, beta, k, ...).
+`runner.stream_answer` composes them with the decoding generators for one question (targ ask,
+the chat app, the server, the eval's latency pass); the eval's batched record pass
+(`eval/record.py`) calls the same prompt, scoring, packing and answer-text functions, so an eval
+question is priced on the path an asked question takes. Settings are duck-typed:
+`settings.Settings` or the eval's `RecordSettings` (prompt_style, top_k, context_tokens, ...).
 """
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ import time
 from typing import Any, Callable, Sequence
 
 from targ_mlx import conversation, gates, prompts, retrieval
+from targ_mlx.gates import RECHECK_GATES
 from targ_mlx.runtime.backbone import Backbone
 from targ_mlx.conversation import Turn
-from targ_mlx.defaults import RECHECK_GATES, SCORED_GATES
-from targ_mlx.runtime.draft import Draft, continue_with_stats, draft, generate
-from targ_mlx.errors import QuestionError
+
+from targ_mlx.runtime.draft import Draft
+from targ_mlx.errors import NoRetrieverError, QuestionError  # noqa: F401  (the runner raises it)
 from targ_mlx.retrieval import Passage
 
 MAX_QUESTION_CHARS = 20_000  # refuse before tokenizing megabytes of pasted text
@@ -54,31 +55,6 @@ def prepare(bb: Backbone, question: str, s: Any, history: Sequence[Turn] = ()) -
     return q, ids
 
 
-def draft_for(bb: Backbone, ids: list[int], s: Any) -> Draft | None:
-    """The k-token draft the gate scores (N sampled rows too for variance); None for never/always,
-    whose answer is plain greedy decoding with no draft statistics."""
-    if s.gate not in SCORED_GATES:
-        return None
-    return draft(bb, ids, s.k, s.n_samples if s.gate == "variance" else 0, s.temperature, s.seed)
-
-
-def score_draft(entropies: Sequence[float], gaps: Sequence[float], samples: Sequence[Sequence[int]], k: int,
-                beta: float) -> dict[str, float]:
-    """U of every gate the draft allows over its first k steps (variance only with samples)."""
-    out: dict[str, float] = {}
-    if entropies:
-        out["entropy"] = gates.entropy_score(entropies[:k])
-        out["margin"] = gates.margin_score(gaps[:k], beta)
-    if samples:
-        out["variance"] = gates.variance_score([x[:k] for x in samples], k)
-    return out
-
-
-def gate(s: Any, scores: dict[str, float]) -> gates.GateDecision:
-    """Retrieve iff U > tau for the settings' gate (never/always ignore U)."""
-    return gates.decide(s.gate, scores.get(s.gate), s.tau)
-
-
 def pack(bb: Backbone, question: str, hits: Sequence[Passage], s: Any, prefix_tokens: int = 0,
          history: Sequence[Turn] = ()) -> prompts.PackedContext:
     """Top-K passages cut to L_ctx and to the room the window leaves (never below 0 tokens)."""
@@ -100,42 +76,16 @@ def retrieve(bb: Backbone, retriever, question: str, s: Any, prefix_tokens: int 
     return packed, time.perf_counter() - t0, QUERY_SEPARATOR.join(queries)
 
 
-def generate_with_context(bb: Backbone, question: str, packed: prompts.PackedContext, s: Any,
-                          prefix: Sequence[int] = (), cancel: threading.Event | None = None,
-                          on_token: Callable[[int], None] | None = None, history: Sequence[Turn] = ()
-                          ) -> tuple[list[int], float, float]:
-    """Greedy answer to B(q) + C (after `history`), continuing `prefix` (answer tokens already
-    given) if any; returns (new tokens, prefill seconds, decode seconds)."""
-    ids = prompt_ids(bb, question, s.prompt_style, packed.text or None, history) + list(prefix)
-    return generate(bb, ids, s.max_tokens - len(prefix), cancel, on_token)
-
-
-def recheck(bb: Backbone, d: Draft, s: Any, cancel: threading.Event | None = None,
-            on_token: Callable[[int], None] | None = None) -> tuple[list[int], bool, float]:
-    """Paper §3.2 option: continue the draft, re-scoring the running prefix every m tokens.
-
-    Returns (tokens after the draft, whether U > tau triggered retrieval, decode seconds); on a
-    trigger the caller retrieves once and continues with context from the tokens so far.
-    """
-    ents, gaps_ = list(d.entropies), list(d.gaps)
-    out: list[int] = []
-    t0 = time.perf_counter()
-    for tok_id, e, g in continue_with_stats(bb, d, s.max_tokens - len(d.tokens), cancel):
-        out.append(tok_id)
-        if on_token:
-            on_token(tok_id)
-        ents.append(e)
-        gaps_.append(g)
-        if len(out) % s.recheck_every == 0 and tok_id not in bb.tokenizer.eos_ids:
-            u = gates.score(s.gate, gates.DraftSignals(ents, gaps_), None, s.beta)
-            if u > s.tau:
-                return out, True, time.perf_counter() - t0
-    return out, False, time.perf_counter() - t0
-
-
 def rechecks(s: Any, d: Draft | None) -> bool:
     """Whether the optional re-check applies: m > 0, a gate it can recompute, a draft that goes on."""
     return d is not None and s.recheck_every > 0 and s.gate in RECHECK_GATES and not d.ended
+
+
+def score_draft(entropies: Sequence[float], gaps: Sequence[float], samples: Sequence[Sequence[int]], k: int,
+                beta: float) -> dict[str, float]:
+    """U of every draft-only gate the draft allows over its first k steps (variance only with samples)."""
+    sig = gates.Signals(entropies, gaps, samples)
+    return gates.score_all(sig, gates.GateParams(k, beta), only=gates.draft_only_names())
 
 
 def answer_text(bb: Backbone, tokens: Sequence[int], cap: int) -> tuple[str, int]:

@@ -44,16 +44,16 @@ class Answer:
     question: str
     answer: str
     model: str
-    gate: str  # entropy | margin | variance | never | always
+    gate: str  # a registered gate's name: entropy | margin | variance | evidence | never | always
     tau: float
     score: float | None  # U of the chosen gate (None for never/always)
-    retrieved: bool
+    retrieved: bool  # the passages were read (a search-first gate searches either way)
     k: int = 20
     beta: float = 3.0
     n_samples: int = 5
     temperature: float = 0.7
-    scores: dict = field(default_factory=dict)  # every score the draft gave: entropy, margin, variance
-    passages: tuple[PassageRef, ...] = ()
+    scores: dict = field(default_factory=dict)  # every score the signals allowed, by gate name
+    passages: tuple[PassageRef, ...] = ()  # the passages read (cited); empty when answered from memory
     tokens: TokenCounts = TokenCounts()
     latency: Latency = Latency()
     finish_reason: str = "stop"  # stop (EOS) | length | cancelled
@@ -61,6 +61,10 @@ class Answer:
     search_query: str = ""  # what retrieval searched: the question, or its standalone form in a chat
     history_turns: int = 0  # earlier turns of the conversation in the prompt
     note: str = ""  # why a retrieval the gate wanted did not happen, e.g. "index building 43%"
+    found: tuple[PassageRef, ...] = ()  # what the search found (titles, similarities; no text), read or not
+    searched: bool = False  # the index was searched (a search-first gate, or a read)
+    reason: str = ""  # the gate's one-line why: "weak evidence (best 0.31) → answered from memory"
+    no_source: bool = False  # the model is unsure and the index had no passage good enough to read
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -17,27 +17,26 @@ from targ_mlx.defaults import (
     DEFAULT_BETA,
     DEFAULT_CONTEXT_TOKENS,
     DEFAULT_GATE,
+    PAPER_GATE,
     DEFAULT_HISTORY_TOKENS,
     DEFAULT_K,
     DEFAULT_MAX_TOKENS,
     DEFAULT_N_SAMPLES,
     DEFAULT_PROMPT,
     DEFAULT_REWRITE,
-    DEFAULT_TAU,
     DEFAULT_TEMPERATURE,
     DEFAULT_TOP_K,
-    GATES,
     PROMPT_STYLES,
     REWRITE_METHODS,
-    SCORED_GATES,
 )
+from targ_mlx import gates
 
 _FIXED_TAU = {"never": math.inf, "always": -math.inf}  # U > tau never / always holds
 
 
 @dataclass(frozen=True)
 class Settings:
-    gate: str = DEFAULT_GATE
+    gate: str = PAPER_GATE  # the paper's; `from_config` gives the apps' default (evidence)
     tau: float | None = None  # None -> the gate's placeholder; never/always get +inf/-inf
     k: int = DEFAULT_K  # draft length
     beta: float = DEFAULT_BETA  # margin link temperature
@@ -53,15 +52,15 @@ class Settings:
     rewrite: str = DEFAULT_REWRITE  # how a follow-up becomes a standalone search query
 
     def __post_init__(self):
-        if self.gate not in GATES:
-            raise ValueError(f"gate {self.gate!r} unknown; choose one of {', '.join(GATES)}")
+        if self.gate not in gates.names():
+            raise ValueError(f"gate {self.gate!r} unknown; choose one of {', '.join(gates.names())}")
         tau = self.tau
         if tau is not None and (isinstance(tau, bool) or not isinstance(tau, (int, float)) or math.isnan(tau)):
             raise ValueError(f"tau must be a number; got {tau!r}: pass --tau 0.35 (a finite threshold on U)")
         if self.gate in _FIXED_TAU:
             tau = _FIXED_TAU[self.gate]
         elif tau is None:
-            tau = DEFAULT_TAU[self.gate]
+            tau = gates.get(self.gate).default_tau
         elif not math.isfinite(tau):
             raise ValueError(f"tau must be finite for gate {self.gate}; got {tau}: pass a number like --tau 0.35, "
                              "or use --gate never / always")
@@ -86,8 +85,8 @@ class Settings:
 
     @property
     def scored(self) -> bool:
-        """Whether the gate has a score U and a threshold (entropy, margin, variance)."""
-        return self.gate in SCORED_GATES
+        """Whether the gate has a score U and a threshold (every gate but never and always)."""
+        return gates.get(self.gate).scored
 
     @classmethod
     def from_config(cls, cfg: Config, model_key: str, tau: float | None = None, **flags: Any) -> Settings:
@@ -107,13 +106,13 @@ class Settings:
         values = {name: getattr(cfg, name) for name in shared if name != "tau"}
         values.update(given)
         gate = values.get("gate", DEFAULT_GATE)
-        if tau is None and gate in SCORED_GATES:
+        if tau is None and gates.get(gate).scored:
             tau = cfg.tau_for(model_key, gate)
         return cls(**values, tau=tau)
 
     def with_gate(self, gate: str, cfg: Config, model_key: str) -> Settings:
         """The same settings under another gate, its tau resolved as `from_config` does."""
-        tau = cfg.tau_for(model_key, gate) if gate in SCORED_GATES else None
+        tau = cfg.tau_for(model_key, gate) if gates.get(gate).scored else None
         return replace(self, gate=gate, tau=tau)
 
 

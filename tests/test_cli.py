@@ -34,7 +34,8 @@ def test_ask_plain_output(tmp_path, capsys):
     rc = main(["ask", "what is the capital of france", "--gate", "never", "--no-log", "--max-tokens", "8"])
     out, err = capsys.readouterr()
     assert rc == 0 and out.strip()
-    assert err.startswith("[never U=- <= tau=-: answered without retrieval;")
+    assert err.startswith("[never U=- <= tau=-: answered from memory;")
+    assert "why: gate never → answered from memory" in err
 
 
 @pytest.mark.parametrize("argv, message", [

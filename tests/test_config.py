@@ -29,7 +29,7 @@ def test_defaults():
     cfg = Config()
     assert (cfg.model, cfg.gate, cfg.k, cfg.beta, cfg.n_samples) == (
         "smollm2-135m",
-        "margin",
+        "evidence",
         20,
         3.0,
         5,
@@ -196,7 +196,7 @@ def test_default_paths_are_per_user(monkeypatch):
 
 def test_merged_skips_unset_flags():
     cfg = Config().merged(k=10, gate=None, model="qwen")
-    assert (cfg.k, cfg.gate, cfg.model) == (10, "margin", "qwen")
+    assert (cfg.k, cfg.gate, cfg.model) == (10, "evidence", "qwen")
 
 
 def test_save_tau_creates_and_keeps_other_keys(tmp_path):

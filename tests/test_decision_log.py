@@ -184,7 +184,7 @@ def test_scores_filters(log, fresh_db):
     assert [r.gate for r in score_rows(log, "margin", 20, source="chat")] == ["entropy"]
     assert len(score_rows(log, "margin", 20, beta=2.0)) == 0
     with pytest.raises(
-        ValueError, match="gate must be one of entropy, margin, variance; got 'never'"
+        ValueError, match="gate must be one of entropy, margin, variance, evidence; got 'never'"
     ):
         score_rows(log, "never", 20)
 
@@ -387,3 +387,19 @@ def test_chat_turn_keeps_searched_query_and_history(log):
     assert row["extra"] == {"search_query": "who painted the mona lisa when was he born?", "history_turns": 1}
     plain = log.get(log.record(answer(search_query="who wrote 'Middlemarch'?"), source="chat", session="s"))
     assert plain["extra"] is None  # a single-turn answer searched as asked adds nothing
+
+
+def test_every_signal_of_a_search_first_decision_round_trips(log):
+    """The evidence gate's score, what the search found (read or not), the reason and 'no good
+    source' come back from the log, and its scores recalibrate like a paper gate's."""
+    found = (PassageRef(3, "Mona Lisa", 0.63), PassageRef(9, "Louvre", 0.41))
+    for i in range(3):
+        ans = answer(gate="evidence", tau=0.2, score=0.1 * i, retrieved=False, passages=(), found=found, searched=True,
+                     scores={"margin": 0.5, "entropy": 1.25, "evidence": 0.1 * i}, no_source=i == 0,
+                     reason="weak evidence (best 0.63, Mona Lisa) → answered from memory")
+        row = log.get(log.record(ans, source="ask"))
+    assert row["extra"]["scores"] == {"margin": 0.5, "entropy": 1.25, "evidence": pytest.approx(0.2)}
+    assert row["extra"]["found"] == [[3, "Mona Lisa", 0.63], [9, "Louvre", 0.41]]
+    assert row["extra"]["reason"].startswith("weak evidence") and row["extra"]["no_source"] is False
+    assert row["u"] == pytest.approx(0.2) and row["u_margin"] == 0.5 and row["passages"] == []
+    assert [r.u for r in score_rows(log, "evidence", 20)] == pytest.approx([0.0, 0.1, 0.2])

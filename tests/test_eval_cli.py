@@ -34,7 +34,8 @@ def test_eval_resumes_and_logs_decisions(tmp_path, small_index_dir):
     assert len(first) == 2
     first_ids = [x["id"] for x in first]
     r = first[0]
-    assert set(r["scores"]) == {"entropy", "margin", "variance"} and "5" in r["scores"]["margin"]
+    assert set(r["scores"]) == {"entropy", "margin", "variance", "evidence"} and "5" in r["scores"]["margin"]
+    assert set(r["scores"]["evidence"]) == set(r["scores"]["margin"])  # the search-first gate, at every k
     assert {"em", "f1", "acc", "answer"} <= set(r["never"]) and "tok_ctx" in r["always"]
     assert {"p_need", "p_supported", "p_relevant"} == set(r["probes"])
     # rerun the same command: nothing new; then a larger limit adds only the missing questions

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from targ_mlx import gates
+from targ_mlx.runtime.sampling import step_entropy, step_gap
 
 finite = st.floats(min_value=-30, max_value=30, allow_nan=False, allow_infinity=False)
 gaps_st = st.lists(st.floats(min_value=0, max_value=60, allow_nan=False), min_size=1, max_size=40)
@@ -16,12 +17,12 @@ gaps_st = st.lists(st.floats(min_value=0, max_value=60, allow_nan=False), min_si
 def test_step_stats_hand_computed():
     probs = mx.array([[0.5, 0.25, 0.25, 0.0001]])
     logits = mx.log(probs)
-    h = gates.step_entropy(logits).item()
+    h = step_entropy(logits).item()
     p = [0.5, 0.25, 0.25, 0.0001]
     z = sum(p)
     expected = -sum(q / z * math.log(q / z) for q in p)
     assert h == pytest.approx(expected, rel=1e-5)
-    assert gates.step_gap(mx.array([[1.0, 4.0, 2.5, -1.0]])).item() == pytest.approx(1.5)
+    assert step_gap(mx.array([[1.0, 4.0, 2.5, -1.0]])).item() == pytest.approx(1.5)
 
 
 def test_scores_hand_computed():
@@ -77,11 +78,11 @@ def test_lemma2_equality_when_all_samples_differ(n, k):
 @given(st.lists(finite, min_size=2, max_size=64), finite)
 def test_entropy_bounds_and_shift_invariance(row, c):
     logits = mx.array([row])
-    h = gates.step_entropy(logits).item()
+    h = step_entropy(logits).item()
     assert -1e-5 <= h <= math.log(len(row)) + 1e-4
-    assert gates.step_entropy(logits + c).item() == pytest.approx(h, abs=1e-4)
-    g = gates.step_gap(logits).item()
-    assert gates.step_gap(logits + c).item() == pytest.approx(g, abs=1e-4)
+    assert step_entropy(logits + c).item() == pytest.approx(h, abs=1e-4)
+    g = step_gap(logits).item()
+    assert step_gap(logits + c).item() == pytest.approx(g, abs=1e-4)
     assert g >= 0
 
 

@@ -103,17 +103,29 @@ LAYERS = (
     ("targ_mlx", "targ_mlx._blas", "targ_mlx.defaults", "targ_mlx.errors", "targ_mlx.records",
      "targ_mlx.retrieval", "targ_mlx.calibration", "targ_mlx.runtime.native", "targ_mlx.eval.metrics",
      "targ_mlx.eval.probes"),
-    ("targ_mlx.config", "targ_mlx.log_store", "targ_mlx.runtime.model_files", "targ_mlx.runtime.model_spec", "targ_mlx.gates",
+    ("targ_mlx.gates",),  # pure: imports defaults only, so the config and the log read its registry
+    ("targ_mlx.config", "targ_mlx.log_store", "targ_mlx.runtime.model_files", "targ_mlx.runtime.model_spec",
      "targ_mlx.prompts", "targ_mlx.runtime.tokenizer", "targ_mlx.runtime.gguf", "targ_mlx.runtime.repack", "targ_mlx.index"),
     ("targ_mlx.settings", "targ_mlx.transcript", "targ_mlx.runtime.sampling", "targ_mlx.runtime.engine"),
     ("targ_mlx.decision_log", "targ_mlx.runtime.backbone"),
     ("targ_mlx.runtime.draft", "targ_mlx.runtime.batch", "targ_mlx.calibration_rows", "targ_mlx.conversation"),
     ("targ_mlx.pipeline",),
+    ("targ_mlx.runner",),
     ("targ_mlx.assistant", "targ_mlx.eval"),
     ("targ_mlx.flags",),
     ("targ_mlx.cli", "targ_mlx.calibrate", "targ_mlx.__main__", "targ_mlx.eval.__main__", "targ_mlx.index.__main__",
      "targ_mlx.runtime.native.__main__", "tui"),
 )
+
+
+def test_the_runtime_knows_nothing_of_the_targ_core():
+    """The model runtime (targ_mlx.runtime) never imports gates, retrieval, prompts or the runner."""
+    core = ("targ_mlx.gates", "targ_mlx.retrieval", "targ_mlx.prompts", "targ_mlx.runner", "targ_mlx.pipeline",
+            "targ_mlx.assistant", "targ_mlx.index", "targ_mlx.eval")
+    graph = import_graph()
+    for mod, deps in graph.items():
+        if mod.startswith("targ_mlx.runtime"):
+            assert {d for d in deps if d.startswith(core)} == set(), mod
 
 
 def layer_of(mod: str) -> int:

@@ -17,7 +17,7 @@ from targ_mlx import prompts
 from targ_mlx.runtime import batch, native
 from targ_mlx.runtime.backbone import load_backbone
 from targ_mlx.runtime.draft import continue_greedy, draft
-from targ_mlx.gates import step_entropy, step_gap
+from targ_mlx.runtime.sampling import step_entropy, step_gap
 from targ_mlx.runtime.native import pack
 
 pytestmark = pytest.mark.skipif(sys.platform == "darwin", reason="the CPU kernels are for CPU-only MLX (Linux)")

@@ -1,5 +1,7 @@
 """`targ ask` and an eval question go through the same pipeline: same prompt, context, answers."""
 
+import pytest
+
 from targ_mlx import pipeline
 from targ_mlx.assistant import Assistant
 from targ_mlx.eval.datasets import QAItem
@@ -25,6 +27,11 @@ def test_an_asked_and_an_evaluated_question_get_the_same_answers(backbone, small
     gated = a.answer(q["question"], gate="margin", tau=1.0)
     assert gated.scores["margin"] == rec.scores["margin"]["8"]
     assert gated.scores["entropy"] == rec.scores["entropy"]["8"]
+    # the search-first gate sees the same passages and scores them the same way; declining, it is Never
+    looked = a.answer(q["question"], gate="evidence", tau=1.0)
+    assert [[p.key, p.title] for p in looked.found] == [p[:2] for p in rec.always["passages"]]
+    assert looked.scores["evidence"] == pytest.approx(rec.scores["evidence"]["8"], abs=1e-4)  # record keeps 4 decimals of s_1
+    assert looked.answer == never.answer and not looked.retrieved
 
 
 def test_packing_is_clamped_at_zero(backbone, small_index_dir, small_index_questions):

@@ -70,8 +70,8 @@ def test_one_tau_key_for_ask_chat_and_eval(tmp_path, backbone):
     cfg = load_config(config)
     path = alias_path("smollm2-135m")
     for spec in ("smollm2-135m", path):
-        ask = ask_parser().parse_args(["ask", "q", "--model", spec])
-        chat = chat_parser().parse_args(["--model", spec])
+        ask = ask_parser().parse_args(["ask", "q", "--model", spec, "--gate", "margin"])
+        chat = chat_parser().parse_args(["--model", spec, "--gate", "margin"])
         for args in (ask, chat):
             assert settings_from_args(args, cfg, model_key(args.model)).tau == 0.123, (spec, args)
     assert backbone.model_id == model_key("smollm2-135m") == model_key(path)

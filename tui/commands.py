@@ -10,7 +10,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from targ_mlx.defaults import GATES
+from targ_mlx.gates import GATES
+
+
 
 
 # the app's keys, for /help

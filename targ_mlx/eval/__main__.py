@@ -110,7 +110,9 @@ def _versions() -> dict:
 
 def evaluate_dataset(name, items, args, out: Path, bb, retriever, log, session) -> dict:
     from targ_mlx.eval import report
-    from targ_mlx.eval.run import in_item_order, latency_items, read_jsonl, run_latency, run_records
+    from targ_mlx.defaults import DEFAULT_MODEL
+    from targ_mlx.eval.record import fill_scores
+    from targ_mlx.eval.run import in_item_order, latency_items, read_jsonl, run_latency, run_records, write_jsonl
 
     out.mkdir(parents=True, exist_ok=True)
     s = RecordSettings(k_max=args.k_max, n_samples=args.n_samples, temperature=args.temp, beta=args.beta,
@@ -148,6 +150,10 @@ def evaluate_dataset(name, items, args, out: Path, bb, retriever, log, session) 
         run_info["latency_seconds"] = lat_s[0] + time.perf_counter() - t0
         run_info["latency_new"] = len(read_jsonl(out / "latency.jsonl")) - timed_before
     records = in_item_order(out / "records.jsonl", items)
+    prev_cfg = json.loads((out / "config.json").read_text()) if (out / "config.json").is_file() else {}
+    model = bb.model_id if bb is not None else prev_cfg.get("model") or args.model or DEFAULT_MODEL
+    if fill_scores(records, model, s.beta):  # a gate registered after the records were made
+        write_jsonl(out / "records.jsonl", records)
     latency = {r["id"]: r for r in read_jsonl(out / "latency.jsonl")}
     config = {"dataset": name, "n_items": len(items), "args": {k: v for k, v in vars(args).items()},
               "settings": asdict(s), "versions": _versions(), "model": bb.model_id if bb is not None else (args.model or "smollm2-135m"),

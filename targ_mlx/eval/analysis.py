@@ -15,7 +15,7 @@ import numpy as np
 from targ_mlx.eval import controls as ctl
 from targ_mlx.eval import sweep
 from targ_mlx.eval.sweep import Signals
-from targ_mlx.gates import SCORED_GATES
+from targ_mlx.gates import scored_names
 
 METRICS = ("em", "acc")
 LABEL = {"em": "EM", "acc": "accuracy"}
@@ -36,7 +36,7 @@ def headline_metric(sig: Signals) -> str:
 
 @dataclass(frozen=True)
 class Verdict:
-    """The budget-calibrated margin gate on the test split, for one metric: three questions."""
+    """A budget-calibrated gate (margin unless said) on the test split, for one metric: three questions."""
 
     metric: str
     rho: float
@@ -52,6 +52,7 @@ class Verdict:
     random: ctl.RandomControl
     oracle: float  # best any gate can do at the same rate on the same questions
     n: int
+    gate_name: str = "margin"
 
     def answers(self) -> dict[str, str]:
         def yes(ci: CI) -> str:
@@ -78,7 +79,7 @@ def verdict(sig: Signals, dev: np.ndarray, test: np.ndarray, metric: str, k: int
     return Verdict(metric, rho, tau, k, rate, float(g.mean()), float(nv.mean()), float(al.mean()),
                    sweep.paired_ci(g, nv, n_boot, seed), sweep.paired_ci(g, al, n_boot, seed),
                    sweep.paired_ci(g, ctl.random_expected(nv, al, rate), n_boot, seed),
-                   ctl.random_control(r, nv, al, n_boot, seed), ctl.oracle_score(nv, al, rate), t.n)
+                   ctl.random_control(r, nv, al, n_boot, seed), ctl.oracle_score(nv, al, rate), t.n, gate)
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,7 @@ def control_point(name: str, retrieve: np.ndarray, never: np.ndarray, always: np
 def trivial_scores(sig: Signals) -> dict[str, np.ndarray]:
     """Signals a reviewer tries before believing in logits (higher = retrieve): draft length,
     question length and, where the dataset has it (PopQA), low subject popularity."""
-    out = {"draft length": sig.draft_len, "question length": sig.qlen}
+    out = {"draft length": sig.draft_len, "question length": sig.qlen, "top-1 similarity": sig.top_sim}
     if np.isfinite(sig.pop).all():
         out["low popularity (−log s_pop)"] = -np.log10(sig.pop + 1.0)
     return out
@@ -118,7 +119,7 @@ def baseline_scores(sig: Signals) -> dict[str, np.ndarray]:
 
 def all_scores(sig: Signals, ks: Sequence[int]) -> dict[str, np.ndarray]:
     out = {}
-    for g in SCORED_GATES:
+    for g in scored_names():
         for k in ks:
             if np.isfinite(sig.u[g][k]).all():
                 out[f"{g} k={k}"] = sig.u[g][k]
@@ -174,7 +175,7 @@ class MatchedRow:
 def matched_budgets(t: Signals, k: int, metric: str, skr: np.ndarray | None,
                     rates: Sequence[float] = MATCHED_RATES) -> list[MatchedRow]:
     nv, al = t.never[metric], t.always[metric]
-    named = {f"TARG {g} (k={k})": t.u[g][k] for g in SCORED_GATES if np.isfinite(t.u[g][k]).all()}
+    named = {f"TARG {g} (k={k})": t.u[g][k] for g in scored_names() if np.isfinite(t.u[g][k]).all()}
     named.update(baseline_scores(t))
     if skr is not None:
         named["SKR (kNN on dev labels)"] = skr
@@ -296,6 +297,21 @@ class Analysis:
     deciles: dict[str, dict[str, list]]
     hit_at_k: float | None
     extra: dict = field(default_factory=dict)
+    # the same verdict for every gate compared (margin and the search-first evidence gate)
+    gate_verdicts: dict[str, dict[str, Verdict]] = field(default_factory=dict)
+    vs_margin: dict[str, dict[str, CI]] = field(default_factory=dict)  # gate -> metric -> (gate − margin) on test
+
+
+VERDICT_GATES = ("margin", "evidence")  # the paper's headline gate and the shipped search-first gate
+
+
+def gate_vs_margin(sig: Signals, test: np.ndarray, v: Verdict, vm: Verdict, gate: str, n_boot: int, seed: int) -> CI:
+    """Paired CI of (gate − margin gate) on the test split, each at its own dev-chosen tau."""
+    t = sig.subset(test)
+    nv, al = t.never[v.metric], t.always[v.metric]
+    g = ctl.gated(t.u[gate][v.k] > v.tau, nv, al)
+    m = ctl.gated(t.u["margin"][vm.k] > vm.tau, nv, al)
+    return sweep.paired_ci(g, m, n_boot, seed)
 
 
 def analyse(sig: Signals, points, k: int, seed: int, n_boot: int, beta: float, skr_test: np.ndarray | None,
@@ -306,12 +322,16 @@ def analyse(sig: Signals, points, k: int, seed: int, n_boot: int, beta: float, s
     table1 = {}
     for m in METRICS:
         rows = []
-        for g in SCORED_GATES:
+        for g in scored_names():
             p = sweep.best_at_budget(points, g, k, 0.05, 0.30, metric=m)
             c = None if p is None else control_point(g, sig.u[g][k] > p.tau, sig.never[m], sig.always[m], n_boot, seed)
             rows.append((g, p, c))
         table1[m] = rows
     tau_q = verdicts["acc" if headline_metric(sig) == "acc" else "em"].tau
+    gate_verdicts = {g: {m: verdict(sig, dev, test, m, k, n_boot, seed, gate=g) for m in METRICS}
+                     for g in VERDICT_GATES if g in sig.u and np.isfinite(sig.u[g][k]).all()}
+    vs_margin = {g: {m: gate_vs_margin(sig, test, v[m], verdicts[m], g, n_boot, seed) for m in METRICS}
+                 for g, v in gate_verdicts.items() if g != "margin"}
     hits = [r.get("always", {}).get("hit") for r in sig.records]
     return Analysis(
         headline=headline_metric(sig), k=k, n=sig.n, verdicts=verdicts, table1=table1,
@@ -323,7 +343,8 @@ def analyse(sig: Signals, points, k: int, seed: int, n_boot: int, beta: float, s
         tau_slice={m: tau_slice(sig, m, k) for m in METRICS},
         recheck={m: recheck(sig, m, k, beta) for m in METRICS},
         variance_length=variance_vs_length(sig, k, n_boot, seed),
-        deciles={m: {g: sweep.deciles(sig.u[g][k], sig.never[m]) for g in SCORED_GATES if np.isfinite(sig.u[g][k]).all()}
+        deciles={m: {g: sweep.deciles(sig.u[g][k], sig.never[m]) for g in scored_names() if np.isfinite(sig.u[g][k]).all()}
                  for m in METRICS},
         hit_at_k=float(np.mean(hits)) if hits and all(h is not None for h in hits) else None,
+        gate_verdicts=gate_verdicts, vs_margin=vs_margin,
     )

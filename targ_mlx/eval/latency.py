@@ -1,8 +1,9 @@
 """Batch-1 wall-clock timing on a sample of questions, for the Δ-latency columns.
 
-Each stage that any policy runs is timed once per sampled question, as the assistant runs it:
-a plain Never-RAG generation, the k-token draft (greedy, and greedy + N samples) with its
-continuation, one retrieval, the B(q)+C generation, and each baseline's yes/no probe. A
+Each stage that any policy runs is timed once per sampled question through the one answer runner
+(`runner.run`, as `targ ask` answers): a plain Never-RAG generation, the k-token draft (greedy,
+and greedy + N samples) with its continuation, one search, the B(q)+C generation, and each
+baseline's yes/no probe. A
 policy's latency on a question is then the sum of the stages it would run (see sweep.py).
 """
 
@@ -13,14 +14,15 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
-from targ_mlx import pipeline
+from targ_mlx import runner
 from targ_mlx.runtime.backbone import Backbone
-from targ_mlx.runtime.draft import continue_greedy, draft, generate
 from targ_mlx.eval import probes
 from targ_mlx.eval.datasets import QAItem
 from targ_mlx.eval.record import RecordSettings
+from targ_mlx.settings import Settings
 
 LATENCY_K = 20  # the draft length timed; other k reuse it (drafts mostly end at EOS sooner)
+NO_READ_TAU = 1e9  # above any score: the gate declines, so the runner times draft + continuation
 
 
 @dataclass
@@ -44,25 +46,29 @@ def _prefill_s(bb: Backbone, ids: list[int]) -> float:
     return time.perf_counter() - t0
 
 
+def _settings(s: RecordSettings, gate: str, k: int) -> Settings:
+    """The assistant's settings for one timed path: the eval's protocol values, a gate, and for a
+    scored gate a threshold no draft reaches (so the path timed is draft + continuation)."""
+    return Settings(gate=gate, tau=NO_READ_TAU if gate not in ("never", "always") else None, k=k, beta=s.beta,
+                    n_samples=s.n_samples, temperature=s.temperature, seed=s.seed, top_k=s.top_k,
+                    context_tokens=s.context_tokens, max_tokens=s.max_tokens, prompt_style=s.prompt_style)
+
+
 def time_question(bb: Backbone, retriever, item: QAItem, never_answer: str, s: RecordSettings) -> LatencySample:
+    """Each stage timed once through the one answer runner, as `targ ask` runs it at batch 1."""
     tok = bb.tokenizer
     q = item.question.strip()
-    ids = pipeline.prompt_ids(bb, q, s.prompt_style)
     k = min(LATENCY_K, s.k_max)
-    _, pre, dec = generate(bb, ids, s.max_tokens)
-    never = pre + dec
-    d = draft(bb, ids, k)
-    t_d = d.prefill_s + d.decode_s
-    _, t_c = continue_greedy(bb, d, s.max_tokens - len(d.tokens))
-    dv = draft(bb, ids, k, s.n_samples, s.temperature, s.seed)
-    t_dv = dv.prefill_s + dv.decode_s
-    _, t_cv = continue_greedy(bb, dv, s.max_tokens - len(dv.tokens))
-    packed, t_ret, _ = pipeline.retrieve(bb, retriever, q, s)
-    _, pre, dec = pipeline.generate_with_context(bb, q, packed, s)
-    head = probes.crag_head(tok, packed.text, s.crag_tokens)
+    never = runner.run(bb, retriever, q, _settings(s, "never", k)).latency
+    skip = runner.run(bb, retriever, q, _settings(s, "margin", k)).latency
+    skip_v = runner.run(bb, retriever, q, _settings(s, "variance", k)).latency
+    always = runner.run(bb, retriever, q, _settings(s, "always", k))
+    # the packed context as the prompt held it (`prompts.pack_context`: `[title] text` per line)
+    head = probes.crag_head(tok, "\n".join(f"[{p.title}] {p.text}" for p in always.passages), s.crag_tokens)
     return LatencySample(
-        id=item.id, never=never, draft=t_d, skip=t_d + t_c, draft_var=t_dv, skip_var=t_dv + t_cv,
-        retrieval=t_ret, rag=pre + dec,
+        id=item.id, never=never.prefill + never.decode, draft=skip.draft, skip=skip.draft + skip.decode,
+        draft_var=skip_v.draft, skip_var=skip_v.draft + skip_v.decode,
+        retrieval=always.latency.retrieval, rag=always.latency.prefill + always.latency.decode,
         p_need=_prefill_s(bb, tok.chat_ids(probes.self_eval(q))),
         p_supported=_prefill_s(bb, tok.chat_ids(probes.self_check(q, never_answer))),
         p_relevant=_prefill_s(bb, tok.chat_ids(probes.crag_grade(q, head))),

@@ -13,7 +13,7 @@ from targ_mlx.eval import analysis as an
 from targ_mlx.eval import controls as ctl
 from targ_mlx.eval import sweep
 from targ_mlx.eval.sweep import Point, Signals
-from targ_mlx.gates import SCORED_GATES
+from targ_mlx.gates import scored_names
 
 HEAT_RATES = (0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9)
 
@@ -39,7 +39,7 @@ def write_all(sig: Signals, a: an.Analysis, points: Sequence[Point], never: Poin
     paths = []
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    for g in SCORED_GATES:
+    for g in scored_names():
         pts = sorted((p for p in points if p.method == g and p.k == k), key=lambda p: p.rate)
         ax.plot([p.rate for p in pts], [100 * getattr(p, m) for p in pts], marker=".", label=f"{g} (k={k})")
     rates = np.linspace(0, 1, 41)
@@ -53,7 +53,7 @@ def write_all(sig: Signals, a: an.Analysis, points: Sequence[Point], never: Poin
 
     if never.dlat is not None:
         fig, ax = plt.subplots(figsize=(6, 4))
-        for g in SCORED_GATES:
+        for g in scored_names():
             pts = sorted((p for p in points if p.method == g and p.k == k and p.dlat is not None), key=lambda p: p.dlat)
             ax.plot([p.dlat for p in pts], [100 * getattr(p, m) for p in pts], marker=".", label=g)
         _mark(ax, never, always, m, 0.0, always.dlat or 0.0)

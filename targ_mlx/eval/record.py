@@ -13,7 +13,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
-from targ_mlx import pipeline
+from targ_mlx import gates, pipeline
 from targ_mlx.runtime import batch
 from targ_mlx.runtime.backbone import Backbone
 from targ_mlx.defaults import (  # noqa: F401  (DEFAULT_K: the eval CLI's default k)
@@ -23,8 +23,8 @@ from targ_mlx.defaults import (  # noqa: F401  (DEFAULT_K: the eval CLI's defaul
     DEFAULT_N_SAMPLES,
     DEFAULT_TEMPERATURE,
     DEFAULT_TOP_K,
-    SCORED_GATES,
 )
+from targ_mlx.gates import SCORED_GATES
 from targ_mlx.eval import probes
 from targ_mlx.eval.datasets import QAItem
 from targ_mlx.eval.metrics import contains, score_all
@@ -83,7 +83,7 @@ class QuestionRecord:
         """The answer this pass gave as the decision log keeps answers: the greedy (Never) branch
         it decoded, with every score its draft gave at prefix length k, its token counts and its
         share of the batch's draft time. No gate decided it, hence gate "never" (tau +inf)."""
-        scores = {g: self.scores[g][str(k)] for g in SCORED_GATES if str(k) in self.scores[g]}
+        scores = {g: self.scores[g][str(k)] for g in SCORED_GATES if str(k) in self.scores.get(g, {})}
         return Answer(question=self.question, answer=self.never["answer"], model=model, gate="never",
                       tau=float("inf"), score=None, retrieved=False, k=k, beta=s.beta, n_samples=s.n_samples,
                       temperature=s.temperature, scores=scores,
@@ -99,13 +99,36 @@ def sample_seed(seed: int, batch_no: int) -> int:
 
 
 def gate_scores(entropies: Sequence[float], gaps: Sequence[float], samples: Sequence[Sequence[int]],
-                ks: Sequence[int], beta: float) -> dict:
-    """`{gate: {str(k): U}}`: the assistant's scoring (`pipeline.score_draft`) at every k."""
+                ks: Sequence[int], beta: float, passages: Sequence | None = None, model: str = "") -> dict:
+    """`{gate: {str(k): U}}` for every registered gate the signals allow, at every k: the runner's
+    scoring (`gates.score_all`) over the draft, and over the packed passages ([key, title,
+    similarity]) for a gate that looks at the search."""
+    evidence = None if passages is None else tuple(gates.Evidence(p[1], float(p[2])) for p in passages)
+    sig = gates.Signals(entropies, gaps, samples, evidence, model)
     out: dict = {g: {} for g in SCORED_GATES}
     for k in ks:
-        for g, u in pipeline.score_draft(entropies, gaps, samples, k, beta).items():
-            out[g][str(k)] = u
+        for g, u in gates.score_all(sig, gates.GateParams(k, beta)).items():
+            out.setdefault(g, {})[str(k)] = u
     return out
+
+
+def fill_scores(records: Sequence[dict], model: str, beta: float, search_changed: bool = False) -> int:
+    """Add to each record (in place) the scores of registered gates it lacks, from its own signals
+    (no model runs); with `search_changed` (a second corpus), recompute the search-dependent ones.
+    Returns how many records changed."""
+    search = {n for n, g in gates.REGISTRY.items() if gates.SEARCH in g.needs}
+    changed = 0
+    for r in records:
+        ks = [int(k) for k in (r.get("scores", {}).get("margin") or {})]
+        want = {g for g in gates.scored_names() if not r["scores"].get(g) or (search_changed and g in search)}
+        if not want or not ks:
+            continue
+        new = gate_scores(r["entropies"], r["gaps"], r["samples"], ks, beta, r["always"].get("passages"), model)
+        add = {g: v for g, v in new.items() if g in want and v}
+        if add:
+            r["scores"] = {**r["scores"], **add}
+            changed += 1
+    return changed
 
 
 def _context_part(bb: Backbone, items: Sequence[QAItem], found: Sequence[Sequence], s: RecordSettings,
@@ -183,7 +206,8 @@ def record_batch(bb: Backbone, retriever, items: Sequence[QAItem], s: RecordSett
         out.append(QuestionRecord(
             id=it.id, question=it.question, answers=list(it.answers), tok_prompt=len(base_ids[i]),
             draft=greedy.tokens[i], entropies=ents, gaps=gaps_, logprobs=lps[: min(len(lps), s.max_tokens)],
-            samples=samples[i], scores=gate_scores(ents, gaps_, samples[i], s.ks, s.beta),
+            samples=samples[i], scores=gate_scores(ents, gaps_, samples[i], s.ks, s.beta, always[i]["passages"],
+                                                   bb.model_id),
             never={"answer": n_ans, **score_all(n_ans, it.answers), "tok_out": n_len},
             always=always[i], probes=probe_vals[i], cost=share, batch=batch_no,
         ))
@@ -203,5 +227,7 @@ def rerecord_batch(bb: Backbone, items: Sequence[QAItem], base: Sequence[dict], 
         # stages run here are timed here; the draft and the probes keep the base run's seconds
         # (its CRAG probe graded a context of the same token budget)
         share = {**r.get("cost", {}), "retrieval": cost["retrieval"] / len(items), "always": cost["always"] / len(items)}
-        out.append({**r, "always": a, "probes": probes_, "cost": share})
+        row = {**r, "always": a, "probes": probes_, "cost": share}
+        fill_scores([row], bb.model_id, s.beta, search_changed=True)  # the new corpus's search
+        out.append(row)
     return out

@@ -18,10 +18,10 @@ from targ_mlx.eval import baselines as bl
 from targ_mlx.eval import sweep
 from targ_mlx.eval.metrics import bootstrap_ci
 from targ_mlx.eval.sweep import Point, Signals
-from targ_mlx.gates import SCORED_GATES
+from targ_mlx.gates import scored_names
 
 NAMES = {"never": "Never", "always": "Always", "entropy": "Entropy", "margin": "Margin", "variance": "Variance",
-         **bl.LABELS}
+         "evidence": "Evidence (search first)", **bl.LABELS}
 CSV_FIELDS = ("method", "k", "tau", "em", "f1", "acc", "rate", "dlat", "tok_draft", "tok_ctx", "tok_out", "tokens",
               "used_ctx", "n")
 
@@ -87,9 +87,10 @@ def _auc(ci) -> str:
 def _verdict_lines(v: an.Verdict) -> list[str]:
     lab = an.LABEL[v.metric]
     a = v.answers()
-    return [f"**Budget-calibrated margin gate, {lab}** (ρ = {v.rho:g} chosen by dev {lab}; τ = {v.tau:.4g} from the "
+    what = "reading" if v.gate_name == "evidence" else "retrieval"
+    return [f"**Budget-calibrated {v.gate_name} gate, {lab}** (ρ = {v.rho:g} chosen by dev {lab}; τ = {v.tau:.4g} from the "
             f"dev split by the one budget rule; k = {v.k}), on the test split (n = {v.n}): {lab} {_pct(v.gate)}% at "
-            f"retrieval rate {v.rate:.3f}. Never {_pct(v.never)}%, Always {_pct(v.always)}%, a random gate at the same "
+            f"{what} rate {v.rate:.3f}{'; it searches every question' if v.gate_name == 'evidence' else ''}. Never {_pct(v.never)}%, Always {_pct(v.always)}%, a random gate at the same "
             f"rate {_pct(v.random.expected)}% (95% band {_pct(v.random.lo)}–{_pct(v.random.hi)}; P(random ≥ gate) = "
             f"{v.random.p_at_least:.2f}), the oracle at the same rate {_pct(v.oracle)}%.", "",
             f"| Paired difference (test split) | {lab} points [95% CI] | answer |", "|---|---|---|",
@@ -137,6 +138,15 @@ def render(name: str, sig: Signals, a: an.Analysis, points, never: Point, always
     lines += ["## Verdict: does the gate beat Never, Always, and a random gate at the same rate?", ""]
     for m in (head, other):
         lines += _verdict_lines(a.verdicts[m])
+    if "evidence" in a.gate_verdicts:
+        lines += ["### The evidence gate (search first, then decide whether to read)", "",
+                  "It searches every question (milliseconds on a local index), then reads only where P(Always right | "
+                  "top-1 similarity) × P(Never wrong | U_mar) > τ (calibrations fitted on dev-half records, "
+                  "`targ_mlx/gates/evidence_calibration.json`). Same protocol and controls as above; its rate is the "
+                  "reading rate (search rate 1.0).", ""]
+        for m in (head, other):
+            v, d = a.gate_verdicts["evidence"][m], a.vs_margin["evidence"][m]
+            lines += _verdict_lines(v)[:-1] + [f"| evidence gate − margin gate (each at its own τ) | {_ci(d)} | |", ""]
     lines += _table1(a, never, always, head) + _table1(a, never, always, other)
     lines += _matched(a, head) + _baselines(never, always, base_points)
     lines += _auroc(a, head, n_boot)
@@ -315,7 +325,7 @@ def write_all(name: str, records: Sequence[dict], latency: dict, out: Path, k: i
                         (bl.skr(t_sig, skr_test, th) for th in bl.THETAS["skr"])]
     beta = float(cfg.get("settings", {}).get("beta", 3.0))
     a = an.analyse(sig, points, k, seed, n_boot, beta, skr_test, dev, test)
-    cal = {g: sweep.calibrate(sig, g, k, dev, test) for g in SCORED_GATES}
+    cal = {g: sweep.calibrate(sig, g, k, dev, test) for g in scored_names() if np.isfinite(sig.u[g][k]).all()}
     text = render(name, sig, a, points, never, always, base_points, cal, dev, test, cfg, n_boot, seed)
     (out / "summary.md").write_text(text, encoding="utf-8")
     chosen = [p for m in an.METRICS for _, p, _ in a.table1[m] if p is not None]
@@ -382,23 +392,29 @@ def transfer_table(summaries: dict[str, dict], k: int = 20) -> str:
 
 
 def overview_table(summaries: dict[str, dict]) -> str:
-    """One row per dataset and metric (the headline, and accuracy): the budget-calibrated margin gate's verdict,
-    beside the random gate and the oracle at the same rate, its AUROCs and the index's hit@K."""
-    lines = ["# Overview: budget-calibrated margin gate (k = 20) per dataset, headline metric (and accuracy), test split", "",
-             "| dataset | metric | n test | Never | Always | gate @ rate | random @ rate [95% band] | oracle @ rate | "
-             "gate − Never [95% CI] | gate − Always | gate − random | P(random ≥ gate) | AUROC never wrong | "
-             "AUROC helps | hit@5 |", "|---" * 15 + "|"]
+    """One row per dataset, gate and metric (the headline, and accuracy): each budget-calibrated gate's verdict
+    (the paper's margin gate, and the search-first evidence gate) beside the random gate and the oracle at the
+    same rate, its AUROCs and the index's hit@K; the evidence gate's rate is its reading rate."""
+    lines = ["# Overview: budget-calibrated gates (k = 20) per dataset, headline metric (and accuracy), test split", "",
+             "The margin gate is the paper's; the evidence gate searches first and decides whether to read "
+             "(its rate is the reading rate; it searches every question). gate − margin: paired, each at its own τ.", "",
+             "| dataset | gate | metric | n test | Never | Always | gate @ rate | random @ rate [95% band] | oracle @ rate | "
+             "gate − Never [95% CI] | gate − Always | gate − random | P(random ≥ gate) | gate − margin | "
+             "AUROC never wrong | AUROC helps | hit@5 |", "|---" * 17 + "|"]
     for name, s in summaries.items():
         a = s.get("analysis")
         if a is None:
             continue
-        # accuracy too where EM leads: the row that compares across models (EM is ~0 for small ones)
-        for m in dict.fromkeys([a.headline, "acc"]):
-            v = a.verdicts[m]
-            row = next((r for r in a.aurocs[m] if r.name == f"margin k={a.k}"), None)
-            lines.append(f"| {name} | {an.LABEL[m]} | {v.n} | {_pct(v.never)} | {_pct(v.always)} | {_pct(v.gate)} @ "
-                         f"{v.rate:.2f} | {_pct(v.random.expected)} [{_pct(v.random.lo)}, {_pct(v.random.hi)}] | "
-                         f"{_pct(v.oracle)} | {_ci(v.vs_never)} | {_ci(v.vs_always)} | {_ci(v.vs_random)} | "
-                         f"{v.random.p_at_least:.2f} | {_auc(row.never_wrong) if row else '-'} | "
-                         f"{_auc(row.helps) if row else '-'} | {_pct(a.hit_at_k)} |")
+        by_gate = a.gate_verdicts or {"margin": a.verdicts}
+        for g, verdicts in by_gate.items():
+            # accuracy too where EM leads: the row that compares across models (EM is ~0 for small ones)
+            for m in dict.fromkeys([a.headline, "acc"]):
+                v = verdicts[m]
+                row = next((r for r in a.aurocs[m] if r.name == f"{g} k={a.k}"), None)
+                vs_m = _ci(a.vs_margin[g][m]) if g in a.vs_margin else "–"
+                lines.append(f"| {name} | {g} | {an.LABEL[m]} | {v.n} | {_pct(v.never)} | {_pct(v.always)} | {_pct(v.gate)} @ "
+                             f"{v.rate:.2f} | {_pct(v.random.expected)} [{_pct(v.random.lo)}, {_pct(v.random.hi)}] | "
+                             f"{_pct(v.oracle)} | {_ci(v.vs_never)} | {_ci(v.vs_always)} | {_ci(v.vs_random)} | "
+                             f"{v.random.p_at_least:.2f} | {vs_m} | {_auc(row.never_wrong) if row else '-'} | "
+                             f"{_auc(row.helps) if row else '-'} | {_pct(a.hit_at_k)} |")
     return "\n".join(lines) + "\n"

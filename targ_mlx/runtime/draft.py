@@ -17,7 +17,6 @@ import mlx.core as mx
 
 from targ_mlx.runtime.backbone import Backbone
 from targ_mlx.defaults import DEFAULT_K, DEFAULT_TEMPERATURE
-from targ_mlx.gates import DraftSignals
 from targ_mlx.runtime.sampling import uniforms
 
 
@@ -33,10 +32,6 @@ class Draft:
     ended: bool  # the greedy draft produced EOS
     prefill_s: float
     decode_s: float
-
-    @property
-    def signals(self) -> DraftSignals:
-        return DraftSignals(self.entropies, self.gaps, self.samples)
 
 
 def _greedy(bb: Backbone, cache: list[Any], logits: mx.array, max_new: int, stats: bool = False,
@@ -163,32 +158,52 @@ def continue_with_stats(bb: Backbone, d: Draft, max_new: int, cancel: threading.
         yield tok, e.item(), g.item()
 
 
+def continue_tokens(bb: Backbone, d: Draft, max_new: int, cancel: threading.Event | None = None) -> Iterator[int]:
+    """Greedy tokens after the draft's last token (the draft itself not included), as they come."""
+    if d.ended or max_new <= 0:
+        return
+    logits = bb.step(mx.array([d.tokens[-1]], dtype=mx.int32), d.cache)
+    for tok, _, _ in _greedy(bb, d.cache, logits, max_new, cancel=cancel):
+        yield tok
+
+
 def continue_greedy(bb: Backbone, d: Draft, max_new: int, cancel: threading.Event | None = None,
                     on_token: Callable[[int], None] | None = None) -> tuple[list[int], float]:
     """Greedy tokens after the draft's last token (the draft itself not included)."""
-    if d.ended or max_new <= 0:
-        return [], 0.0
     t0 = time.perf_counter()
-    logits = bb.step(mx.array([d.tokens[-1]], dtype=mx.int32), d.cache)
     out = []
-    for tok, _, _ in _greedy(bb, d.cache, logits, max_new, cancel=cancel):
+    for tok in continue_tokens(bb, d, max_new, cancel):
         out.append(tok)
         if on_token:
             on_token(tok)
     return out, time.perf_counter() - t0
 
 
-def generate(bb: Backbone, prompt_ids: list[int], max_new: int, cancel: threading.Event | None = None,
-             on_token: Callable[[int], None] | None = None) -> tuple[list[int], float, float]:
-    """Greedy generation from a fresh prompt; returns (tokens, prefill seconds, decode seconds)."""
+def generate_tokens(bb: Backbone, prompt_ids: list[int], max_new: int, cancel: threading.Event | None = None,
+                    timing: dict | None = None) -> Iterator[int]:
+    """Greedy tokens from a fresh prompt as they come; `timing` receives prefill and decode seconds."""
     t0 = time.perf_counter()
     cache = bb.make_cache()
     logits = bb.prefill(prompt_ids, cache)
     mx.eval(logits)
     t1 = time.perf_counter()
+    if timing is not None:
+        timing["prefill"] = t1 - t0
+    try:
+        for tok, _, _ in _greedy(bb, cache, logits, max_new, cancel=cancel):
+            yield tok
+    finally:
+        if timing is not None:
+            timing["decode"] = time.perf_counter() - t1
+
+
+def generate(bb: Backbone, prompt_ids: list[int], max_new: int, cancel: threading.Event | None = None,
+             on_token: Callable[[int], None] | None = None) -> tuple[list[int], float, float]:
+    """Greedy generation from a fresh prompt; returns (tokens, prefill seconds, decode seconds)."""
+    timing: dict = {}
     out = []
-    for tok, _, _ in _greedy(bb, cache, logits, max_new, cancel=cancel):
+    for tok in generate_tokens(bb, prompt_ids, max_new, cancel, timing):
         out.append(tok)
         if on_token:
             on_token(tok)
-    return out, t1 - t0, time.perf_counter() - t1
+    return out, timing["prefill"], timing["decode"]

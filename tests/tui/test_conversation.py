@@ -77,7 +77,7 @@ async def test_follow_up_searches_a_standalone_query_and_the_panel_shows_it(back
         assert f"searched {searched}" in panel_text(panel)
         assert "history 512 tok" in app.query_one(StatusBar).render().plain
         # The first question was searched as asked, so its panel shows no searched line.
-        assert log.get(first.decision_id).get("extra") is None
+        assert "search_query" not in (log.get(first.decision_id).get("extra") or {})
         first.focus()  # selecting an answer shows its decision
         await pilot.pause()
         assert panel.info.decision_id == first.decision_id and "searched" not in panel_text(panel)

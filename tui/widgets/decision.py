@@ -1,4 +1,4 @@
-"""The decision panel: gate, U against tau as a gauge, retrieved or skipped, latency, tokens.
+"""The decision panel: gate, U against tau as a gauge, read or not and why, latency, tokens.
 
 `DecisionInfo` is built from a live `Answer` or from a logged decision row, so answers reloaded
 from history show the same panel.
@@ -12,8 +12,9 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from targ_mlx.defaults import SCORED_GATES
+
 from targ_mlx.records import Answer, PassageRef
+from targ_mlx.gates import SCORED_GATES
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,9 @@ class DecisionInfo:
     searched: str = ""  # the standalone query retrieval searched, when it differs from the question
     history_turns: int = 0  # earlier turns in the prompt
     note: str = ""  # why a wanted retrieval did not happen, e.g. "index building 43%"
+    reason: str = ""  # the gate's own why: "weak evidence (best 0.31) → answered from memory"
+    no_source: bool = False  # unsure, and no passage good enough to read
+    found: tuple[PassageRef, ...] = ()  # what a search-first gate looked at, read or not
 
     @classmethod
     def from_answer(cls, ans: Answer, decision_id: int | None = None) -> DecisionInfo:
@@ -43,7 +47,8 @@ class DecisionInfo:
                    ans.score, ans.retrieved, tuple(ans.passages), lat.draft + lat.gate, lat.retrieval,
                    lat.prefill + lat.decode, lat.total,
                    dict(prompt=t.prompt, draft=t.draft, context=t.context, output=t.output), ans.finish_reason,
-                   ans.search_query if ans.search_query != ans.question else "", ans.history_turns, ans.note)
+                   ans.search_query if ans.search_query != ans.question else "", ans.history_turns, ans.note,
+                   ans.reason, ans.no_source, tuple(ans.found))
 
     @classmethod
     def from_row(cls, row: dict) -> DecisionInfo:
@@ -59,7 +64,8 @@ class DecisionInfo:
                    dict(prompt=row.get("tok_prompt") or 0, draft=row.get("tok_draft") or 0,
                         context=row.get("tok_context") or 0, output=row.get("tok_output") or 0),
                    row.get("finish_reason") or "", searched if searched != row["query"] else "",
-                   extra.get("history_turns") or 0, extra.get("note", ""))
+                   extra.get("history_turns") or 0, extra.get("note", ""), extra.get("reason", ""),
+                   bool(extra.get("no_source")), tuple(PassageRef(k, title, sim) for k, title, sim in extra.get("found") or []))
 
 
 def gauge(u: float | None, tau: float | None, width: int = 24) -> Text:
@@ -102,10 +108,16 @@ class DecisionPanel(Static):
         op = ">" if d.retrieved or d.note else "≤"
         t.add_row("U vs τ", Text(f"{fmt(d.u)} {op} {fmt(d.tau)}") if d.tau is not None else Text(f"U {fmt(d.u)}"))
         t.add_row("", gauge(d.u, d.tau))
-        verdict = (Text(f"retrieved {len(d.passages)} passages", style="bold red") if d.retrieved
+        verdict = (Text(f"read {len(d.passages)} passages", style="bold red") if d.retrieved
                    else Text(f"no retrieval: {d.note}", style="bold yellow") if d.note
-                   else Text("skipped retrieval", style="bold green"))
+                   else Text("answered from memory" + (" (searched)" if d.found else ""), style="bold green"))
         t.add_row("decision", verdict)
+        if d.reason:
+            t.add_row("why", Text(d.reason))
+        if d.no_source:
+            t.add_row("", Text("no good source found: answered from memory, unsure", style="bold yellow"))
+        if d.found and not d.retrieved:
+            t.add_row("found", Text("; ".join(f"{p.title} {p.score:.2f}" for p in d.found[:3]), style="dim"))
         if d.searched:
             t.add_row("searched", Text(d.searched, style="italic"))
         if d.history_turns:

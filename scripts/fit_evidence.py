@@ -1,0 +1,100 @@
+"""Fit the evidence gate's two calibrations per model from eval records (dev halves only).
+
+For each model, over the dev half (`sweep.split(n, 0)`, the split every report judges on the
+other half) of each given run folder's datasets:
+
+    P(Always right | top-1 similarity)   increasing isotonic fit
+    P(Never right  | U_mar at k)         decreasing isotonic fit
+
+and a "default" entry pooled over every model, for models with no fit of their own. Writes
+`targ_mlx/gates/evidence_calibration.json`:
+
+    python scripts/fit_evidence.py \
+        --run smollm2-135m results/smollm2-135m/clean results/smollm2-135m/seeded \
+        --run qwen2.5-coder-1.5b results/qwen2.5-coder-1.5b/clean results/qwen2.5-coder-1.5b/seeded
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from targ_mlx.calibration import budget_threshold, isotonic
+from targ_mlx.defaults import DEFAULT_BETA, DEFAULT_K
+from targ_mlx.eval.run import read_jsonl
+from targ_mlx.eval.sweep import split
+from targ_mlx.gates import margin_score
+
+OUT = Path(__file__).resolve().parents[1] / "targ_mlx" / "gates" / "evidence_calibration.json"
+DATASETS = ("nq_open", "popqa", "triviaqa")  # MuSiQue: every method at <= 0.4%, nothing to fit
+METRIC = "acc"  # a gold answer contained: the metric every model's headline compares on
+SHIP_RATE = 0.3  # the shipped tau: this share of dev questions would read
+
+
+def dev_rows(folders: list[Path], k: int, beta: float) -> dict[str, np.ndarray]:
+    s1, umar, a, n, where = [], [], [], [], []
+    for folder in folders:
+        for name in DATASETS:
+            path = folder / name / "records.jsonl"
+            if not path.exists():
+                continue
+            recs = read_jsonl(path)
+            dev, _ = split(len(recs), 0)
+            for i in dev:
+                r = recs[i]
+                ps = r["always"].get("passages") or []
+                s1.append(max((p[2] for p in ps), default=0.0))
+                umar.append(margin_score(r["gaps"][:k], beta))
+                a.append(r["always"][METRIC])
+                n.append(r["never"][METRIC])
+            where.append(f"{path.parent} (dev half, {len(dev)})")
+    if not s1:
+        raise SystemExit(f"fit_evidence: no records.jsonl under {', '.join(map(str, folders))}/{{{','.join(DATASETS)}}}")
+    return {"s1": np.array(s1), "umar": np.array(umar), "always": np.array(a), "never": np.array(n), "where": where}
+
+
+def fit(rows: dict) -> dict:
+    rx, ry = isotonic(rows["s1"], rows["always"], increasing=True)
+    mx_, my = isotonic(rows["umar"], rows["never"], increasing=False)
+    from targ_mlx.gates.evidence import evidence_score, interp
+
+    u = [evidence_score(interp(rx, ry, s), interp(mx_, my, m)) for s, m in zip(rows["s1"], rows["umar"])]
+    r6 = lambda v: [round(float(t), 6) for t in v]  # noqa: E731
+    return {"read": {"x": r6(rx), "y": r6(ry)}, "memory": {"x": r6(mx_), "y": r6(my)},
+            "tau": round(float(budget_threshold(u, SHIP_RATE)), 6), "tau_rate": SHIP_RATE,
+            "n": int(len(rows["s1"])), "records": rows["where"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--run", nargs="+", action="append", required=True, metavar=("MODEL", "FOLDER"),
+                    help="a model key and its run folders (each holding <dataset>/records.jsonl)")
+    ap.add_argument("--k", type=int, default=DEFAULT_K)
+    ap.add_argument("--beta", type=float, default=DEFAULT_BETA)
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args(argv)
+    models, pooled = {}, {}
+    for model, *folders in args.run:
+        if not folders:
+            ap.error(f"--run {model} names no folder")
+        rows = dev_rows([Path(f) for f in folders], args.k, args.beta)
+        models[model] = fit(rows)
+        for key, v in rows.items():
+            pooled[key] = (list(pooled[key]) if key in pooled else []) + list(v)
+    models["default"] = fit({k: (np.array(v) if k != "where" else v) for k, v in pooled.items()})
+    doc = {"about": "evidence gate calibrations, fitted on dev halves by scripts/fit_evidence.py", "k": args.k,
+           "beta": args.beta, "metric": METRIC, "command": "python scripts/fit_evidence.py " + " ".join(
+               f"--run {' '.join(r)}" for r in args.run), "models": models}
+    args.out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    for m, c in models.items():
+        print(f"{m}: n={c['n']}, read knots {len(c['read']['x'])}, memory knots {len(c['memory']['x'])}, "
+              f"tau@{SHIP_RATE} {c['tau']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,238 @@
+"""The one answer runner: Algorithm 1 as a stream of events, for every front end.
+
+    for event in stream_answer(bb, retriever, "who painted the mona lisa", settings):
+        ...  # Drafted, Searched, Decided, Text (cumulative answer), Done(answer)
+    answer = run(bb, retriever, question, settings)  # the last event's Answer
+
+The layering is mlx-lm's `generate_step` -> `stream_generate` -> `generate`: the decoding
+generators live in `runtime.draft`, this module composes them with the gate, and `run` drains it.
+`targ ask`, the chat app, the eval's batch-1 latency pass and `targ serve` all call it, so one
+question takes one path everywhere.
+
+The chosen gate says what it needs: a draft (k greedy tokens from B(q), with N samples for the
+variance gate), a search (the evidence gate looks at the passages before it decides to read).
+A gate that declines to read continues the draft's KV cache: the answer is token for token the
+Never-RAG answer, and a search made for the gate adds only its milliseconds.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Sequence, Union
+
+from targ_mlx import gates, pipeline
+from targ_mlx.gates import DRAFT, SAMPLES, SEARCH, GateDecision, GateParams, Signals
+from targ_mlx.records import Answer, Latency, PassageRef, TokenCounts
+from targ_mlx.retrieval import Retriever
+from targ_mlx.runtime.backbone import Backbone
+from targ_mlx.runtime.draft import Draft, continue_tokens, continue_with_stats, draft, generate_tokens
+
+
+@dataclass(frozen=True)
+class Drafted:
+    """The k-token draft from B(q) the gate scores (absent for never/always)."""
+
+    tokens: tuple[int, ...]
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Searched:
+    """What the search found (before the gate decides, for a search-first gate)."""
+
+    passages: tuple[PassageRef, ...]  # as packed for the prompt: what reading would read
+    seconds: float  # query encoding + index search + packing (a follow-up's rewrite included)
+    query: str
+
+
+@dataclass(frozen=True)
+class Decided:
+    decision: GateDecision
+    scores: dict  # every score the signals allowed, by gate name
+
+
+@dataclass(frozen=True)
+class Text:
+    text: str  # the answer so far (cumulative, so a consumer may drop any but the last)
+
+
+@dataclass(frozen=True)
+class Done:
+    answer: Answer
+
+
+Event = Union[Drafted, Searched, Decided, Text, Done]
+
+
+@dataclass
+class _Run:
+    """Mutable state of one answer while its events stream."""
+
+    lat: dict = field(default_factory=lambda: dict(draft=0.0, gate=0.0, retrieval=0.0, prefill=0.0, decode=0.0))
+    out: list = field(default_factory=list)
+    shown: list = field(default_factory=list)
+
+
+def _texts(bb: Backbone, st: _Run, tok_id: int) -> Text | None:
+    """The cumulative answer text after one more token, holding back split UTF-8 bytes."""
+    if tok_id in bb.tokenizer.eos_ids:
+        return None
+    st.shown.append(tok_id)
+    text = bb.tokenizer.decode(st.shown)
+    return None if text.endswith("\ufffd") else Text(text.strip())
+
+
+def evidence_of(packed) -> tuple[gates.Evidence, ...]:
+    return tuple(gates.Evidence(p.title, float(p.score)) for p in packed.passages)
+
+
+def _refs(packed, with_text: bool) -> tuple[PassageRef, ...]:
+    return tuple(PassageRef(p.key, p.title, round(p.score, 6), p.text if with_text else "") for p in packed.passages)
+
+
+def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] | None, question: str, s: Any, *,
+                  history: Sequence = (), cancel: threading.Event | None = None,
+                  unavailable: str = "") -> Iterator[Event]:
+    """Answer one question, yielding each stage's event as it happens.
+
+    Args:
+        bb: the loaded model.
+        retriever: a `Retriever`, or a zero-argument callable returning one (called on the first
+            search, so a question answered from memory never loads the encoder), or None.
+        s: `Settings` (gate, tau, k, beta, N, T, top_k, context_tokens, max_tokens, ...).
+        history: earlier (question, answer) turns, oldest first; those that fit go in every prompt.
+        unavailable: why the index cannot be searched now (e.g. "index building 43%"); the gate
+            then answers from memory and the answer's note says why.
+    Yields:
+        Drafted, Searched, Decided, Text..., Done(Answer) — Searched before Decided for a gate
+        that needs the search, after it for one that reads only when it decides to.
+    """
+    g = gates.get(s.gate)
+    p = GateParams(s.k, s.beta)
+    t_start = time.perf_counter()
+    st = _Run()
+    turns = pipeline.fit_history(bb, history, s)
+    q, base_ids = pipeline.prepare(bb, question, s, turns)
+
+    d: Draft | None = None
+    if DRAFT in g.needs:
+        n = s.n_samples if SAMPLES in g.needs else 0
+        d = draft(bb, base_ids, s.k, n, s.temperature, s.seed)
+        st.lat["draft"] = d.prefill_s + d.decode_s
+        yield Drafted(tuple(d.tokens), st.lat["draft"])
+
+    def search():
+        r = retriever() if callable(retriever) and not isinstance(retriever, Retriever) else retriever
+        if r is None:
+            raise pipeline.NoRetrieverError("this question needs retrieval but no index is open; pass --index DIR "
+                                            "(or build one: python -m targ_mlx.index build)")
+        packed, secs, searched = pipeline.retrieve(bb, r, q, s, len(prefix), turns, cancel)
+        st.lat["retrieval"] += secs
+        return packed, searched
+
+    prefix: list[int] = []  # answer tokens given before reading (a re-check's)
+    packed, searched = None, ""
+    if SEARCH in g.needs and not unavailable:
+        packed, searched = search()
+        yield Searched(_refs(packed, False), st.lat["retrieval"], searched)
+
+    t_gate = time.perf_counter()
+    sig = Signals(d.entropies if d else (), d.gaps if d else (), d.samples if d else (),
+                  evidence_of(packed) if packed is not None else None, bb.model_id)
+    scores = gates.score_all(sig, p)
+    if SEARCH in g.needs and packed is None:  # the index is not ready: nothing to look at, nothing to read
+        decision = GateDecision(False, None, s.tau, g.name, f"{unavailable} → answered from memory")
+    else:
+        decision = g.decide(sig, s.tau, p, scores.get(g.name))
+    st.lat["gate"] = time.perf_counter() - t_gate
+    yield Decided(decision, scores)
+
+    read = decision.retrieve and not unavailable
+    rechecked_at = None
+    if not read and d is None:
+        for tok in generate_tokens(bb, base_ids, s.max_tokens, cancel, timing := {}):
+            st.out.append(tok)
+            if (ev := _texts(bb, st, tok)) is not None:
+                yield ev
+        st.lat["prefill"], st.lat["decode"] = timing["prefill"], timing["decode"]
+    elif not read:
+        st.out = list(d.tokens)
+        for tok in d.tokens:
+            ev = _texts(bb, st, tok)
+        if d.tokens and ev is not None:
+            yield ev
+        t0 = time.perf_counter()
+        if pipeline.rechecks(s, d) and not unavailable and g.recheck:
+            for tok, triggered in _recheck(bb, d, s, cancel):
+                st.out.append(tok)
+                if (ev := _texts(bb, st, tok)) is not None:
+                    yield ev
+                if triggered:
+                    read, rechecked_at, prefix = True, len(st.out), list(st.out)
+                    break
+        else:
+            for tok in continue_tokens(bb, d, s.max_tokens - len(st.out), cancel):
+                st.out.append(tok)
+                if (ev := _texts(bb, st, tok)) is not None:
+                    yield ev
+        st.lat["decode"] += time.perf_counter() - t0
+    if read:
+        if packed is None:
+            packed, searched = search()
+            yield Searched(_refs(packed, False), st.lat["retrieval"], searched)
+        ids = pipeline.prompt_ids(bb, q, s.prompt_style, packed.text or None, turns) + prefix
+        st.out = list(prefix)
+        st.shown = [t for t in prefix if t not in bb.tokenizer.eos_ids]
+        for tok in generate_tokens(bb, ids, s.max_tokens - len(prefix), cancel, timing := {}):
+            st.out.append(tok)
+            if (ev := _texts(bb, st, tok)) is not None:
+                yield ev
+        st.lat["prefill"] += timing["prefill"]
+        st.lat["decode"] += timing["decode"]
+
+    text, n_out = pipeline.answer_text(bb, st.out, s.max_tokens)
+    out = st.out[: s.max_tokens]
+    eos = bb.tokenizer.eos_ids
+    finish = ("cancelled" if cancel is not None and cancel.is_set() else
+              "stop" if out and out[-1] in eos else "length")
+    yield Done(Answer(
+        question=q, answer=text, model=bb.model_id, gate=s.gate, tau=s.tau, score=decision.signal,
+        retrieved=read, note=unavailable if (decision.retrieve or SEARCH in g.needs) and unavailable else "",
+        k=s.k, beta=s.beta, n_samples=s.n_samples if SAMPLES in g.needs else 0, temperature=s.temperature,
+        scores=scores, passages=_refs(packed, True) if read and packed is not None else (),
+        found=_refs(packed, False) if packed is not None else (), searched=packed is not None,
+        reason=decision.reason if not (rechecked_at and read) else f"re-check at token {rechecked_at} → read",
+        no_source=decision.no_source,
+        tokens=TokenCounts(prompt=len(base_ids), draft=len(d.tokens) if d else 0,
+                           context=packed.tokens if read and packed is not None else 0, output=n_out,
+                           samples=sum(len(x) for x in d.samples) if d else 0),
+        latency=Latency(total=time.perf_counter() - t_start, **st.lat), finish_reason=finish,
+        rechecked_at=rechecked_at, search_query=searched, history_turns=len(turns),
+    ))
+
+
+def _recheck(bb: Backbone, d: Draft, s: Any, cancel: threading.Event | None) -> Iterator[tuple[int, bool]]:
+    """Paper §3.2 option: continue the draft, re-scoring the running prefix every m tokens;
+    yields (token, whether U > tau now triggers reading)."""
+    ents, gaps_ = list(d.entropies), list(d.gaps)
+    g = gates.get(s.gate)
+    n = 0
+    for tok_id, e, gap in continue_with_stats(bb, d, s.max_tokens - len(d.tokens), cancel):
+        n += 1
+        ents.append(e)
+        gaps_.append(gap)
+        due = n % s.recheck_every == 0 and tok_id not in bb.tokenizer.eos_ids
+        yield tok_id, bool(due and g.score(Signals(ents, gaps_), GateParams(None, s.beta)) > s.tau)
+
+
+def run(bb: Backbone, retriever, question: str, s: Any, *, on_event: Callable[[Event], None] | None = None,
+        **kwargs) -> Answer:
+    """Drain `stream_answer` and return its Answer; `on_event` sees every event on the way."""
+    for ev in stream_answer(bb, retriever, question, s, **kwargs):
+        if on_event is not None:
+            on_event(ev)
+        if isinstance(ev, Done):
+            return ev.answer
+    raise AssertionError("stream_answer ended without Done")  # internal invariant

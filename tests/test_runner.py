@@ -1,0 +1,128 @@
+"""The one answer runner: events in order, skip-after-search == Never, a new gate as one module."""
+
+import numpy as np
+import pytest
+
+from targ_mlx import gates, runner
+from targ_mlx.decision_log import DecisionLog
+from targ_mlx.eval import analysis as an
+from targ_mlx.eval import controls as ctl
+from targ_mlx.eval.record import fill_scores
+from targ_mlx.eval.sweep import Signals, gate_points, split
+from targ_mlx.index import open_retriever
+from targ_mlx.settings import Settings
+
+
+def _kinds(events):
+    out = []
+    for ev in events:
+        name = type(ev).__name__
+        if not out or out[-1] != name:  # Text events collapse into one
+            out.append(name)
+    return out
+
+
+def test_a_search_first_gate_searches_before_it_decides(backbone, small_index_dir, small_index_questions):
+    r = open_retriever(small_index_dir)
+    q = small_index_questions[0]["question"]
+    events = list(runner.stream_answer(backbone, r, q, Settings(gate="evidence", tau=0.0, max_tokens=12)))
+    assert _kinds(events) == ["Drafted", "Searched", "Decided", "Text", "Done"]
+    decided = next(e for e in events if isinstance(e, runner.Decided))
+    ans = events[-1].answer
+    assert decided.decision.retrieve and ans.retrieved and ans.passages  # tau 0: any evidence reads
+    assert ans.scores["evidence"] == decided.decision.signal and "read" in ans.reason
+    # a draft-only gate reads after deciding: the search comes after Decided, only when it reads
+    events = list(runner.stream_answer(backbone, r, q, Settings(gate="margin", tau=0.0, max_tokens=12)))
+    assert _kinds(events) == ["Drafted", "Decided", "Searched", "Text", "Done"]
+    events = list(runner.stream_answer(backbone, r, q, Settings(gate="margin", tau=1e9, max_tokens=12)))
+    assert "Searched" not in _kinds(events) and not events[-1].answer.searched
+
+
+def test_a_skip_after_search_is_the_never_answer_token_for_token(assistant_factory, small_index_dir,
+                                                                  small_index_questions):
+    r = open_retriever(small_index_dir)
+    for q in [x["question"] for x in small_index_questions[:3]]:
+        never = assistant_factory(r, gate="never", max_tokens=24).answer(q)
+        skip = assistant_factory(r, gate="evidence", tau=1e9, max_tokens=24).answer(q)
+        assert not skip.retrieved and skip.searched and skip.found and skip.passages == ()
+        assert skip.answer == never.answer and skip.tokens.output == never.tokens.output
+        assert skip.latency.retrieval > 0 and skip.tokens.context == 0  # the search is counted, nothing read
+        assert "answered from memory" in skip.reason
+
+
+class TopSimilarityGate(gates.Gate):
+    """A gate written in a test as one would add one: read iff the best passage is close enough."""
+
+    name, needs, default_tau = "topsim", frozenset({gates.SEARCH}), 0.5
+
+    def score(self, sig, p=gates.GateParams()):
+        return max((e.similarity for e in sig.evidence or ()), default=0.0)
+
+
+@pytest.fixture
+def topsim_gate():
+    gates.register(TopSimilarityGate())
+    yield
+    gates.REGISTRY.pop("topsim")
+
+
+def _records(n=40):
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "results" / "smollm2-135m" / "clean" / "nq_open" / "records.jsonl"
+    import json
+
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(next(f)) for _ in range(n)]
+
+
+def test_a_gate_added_as_one_module_passes_through_ask_log_and_eval(topsim_gate, assistant_factory, small_index_dir,
+                                                                     small_index_questions, tmp_path):
+    log = DecisionLog(tmp_path / "log.db")
+    r = open_retriever(small_index_dir)
+    a = assistant_factory(r, log=log, gate="topsim", tau=0.3, max_tokens=12)
+    ans = a.answer(small_index_questions[0]["question"])
+    best = max(p.score for p in ans.found)
+    assert ans.gate == "topsim" and ans.score == pytest.approx(best, abs=1e-6) and ans.retrieved == (best > 0.3)
+    row = log.get(a.last_decision_id)
+    assert row["gate"] == "topsim" and row["extra"]["scores"]["topsim"] == pytest.approx(ans.score)
+    # the eval scores it from records, with no model: every threshold's decision is recomputable
+    recs = _records()
+    assert fill_scores(recs, "smollm2-135m", 3.0) == len(recs)
+    tops = [max(p[2] for p in x["always"]["passages"]) for x in recs]
+    assert [x["scores"]["topsim"]["20"] for x in recs] == pytest.approx(tops)
+    sig = Signals(recs)
+    assert np.isfinite(sig.u["topsim"][20]).all()
+    assert {p.method for p in gate_points(sig, ("topsim",), (20,))} == {"topsim"}
+
+
+def _synthetic(n=200, helps_every=5):
+    """Records where retrieval helps exactly on every 5th question: there the best passage is
+    close (0.9) and the draft unsure (small gaps); elsewhere the passage is far and the draft sure."""
+    recs = []
+    for i in range(n):
+        helps = i % helps_every == 0
+        never_right = (not helps) and i % 2 == 1
+        gaps = [0.05] * 20 if helps else [12.0] * 20
+        recs.append({
+            "id": f"q{i}", "question": "who q", "answers": ["a"], "tok_prompt": 10, "draft": [1] * 20,
+            "entropies": [1.0] * 20, "gaps": gaps, "logprobs": [-0.1] * 20, "samples": [],
+            "scores": {"margin": {"20": gates.margin_score(gaps)}},
+            "never": {"answer": "x", "em": float(never_right), "f1": 0.0, "acc": float(never_right), "tok_out": 3},
+            "always": {"answer": "y", "em": float(helps or never_right), "f1": 0.0, "acc": float(helps or never_right),
+                       "tok_out": 3, "tok_ctx": 100, "passages": [[i, "T", 0.9 if helps else 0.1]], "hit": float(helps)},
+        })
+    return recs
+
+
+def test_the_evidence_gate_equal_to_the_oracle_scores_the_oracle():
+    recs = _synthetic()
+    fill_scores(recs, "smollm2-135m", 3.0)
+    sig = Signals(recs)
+    dev, test = split(sig.n, 0)
+    v = an.verdict(sig, dev, test, "acc", 20, 200, 0, gate="evidence")
+    t = sig.subset(test)
+    helps = (t.always["acc"] > t.never["acc"])
+    assert v.rate == pytest.approx(helps.mean(), abs=0.02)
+    assert v.gate == pytest.approx(ctl.oracle_score(t.never["acc"], t.always["acc"], v.rate), abs=1e-9)
+    assert v.vs_random[1] > 0  # and beats a random gate at its rate
