@@ -3,7 +3,7 @@
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-EXTRAS ?= offline,tui,eval,dev
+EXTRAS ?= offline,tui,eval,serve,dev
 
 .PHONY: setup openblas demo ask test bench-backbone clean-venv
 

@@ -19,7 +19,7 @@ from targ_mlx.defaults import (
 )
 from targ_mlx.gates import SCORED_GATES
 from targ_mlx.errors import QuestionError
-from targ_mlx.flags import add_common_args, index_folders, settings_from_args
+from targ_mlx.flags import add_common_args, index_folders, open_index, settings_from_args
 
 logger = logging.getLogger(__name__)
 
@@ -43,19 +43,11 @@ def setup_arg_parser() -> argparse.ArgumentParser:
                      "--json prints the id each answer was saved under (default: a new single-turn chat)")
     ask.add_argument("--no-log", action="store_true", help="do not write the decision log")
     ask.add_argument("--json", action="store_true", help="print the result record as one JSON object")
+    from targ_mlx.server.__main__ import add_serve_args
+
+    serve = sub.add_parser("serve", help="serve the assistant on an OpenAI-compatible local API (/v1/chat/completions)")
+    add_serve_args(serve)
     return parser
-
-
-def open_index(paths: list[str]):
-    """A zero-argument loader for the retriever, so answers that skip retrieval never load it."""
-
-    def load():
-        from targ_mlx import index
-        from targ_mlx.index.progress import ProgressBar
-
-        return index.open_indexes(paths or [index.ensure_default_index(progress=ProgressBar())])
-
-    return load
 
 
 def ask(args: argparse.Namespace) -> int:
@@ -127,7 +119,15 @@ def chat_history(log, chat: str) -> list:
 def main(argv: list[str] | None = None) -> int:
     from targ_mlx.errors import run_cli
 
-    return run_cli(setup_arg_parser(), ask, argv)
+    return run_cli(setup_arg_parser(), dispatch, argv)
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    if args.command == "serve":
+        from targ_mlx.server.__main__ import serve
+
+        return serve(args)
+    return ask(args)
 
 
 if __name__ == "__main__":

@@ -87,7 +87,7 @@ class DecisionLog(Transcript):
 
         Args:
             answer: the result record.
-            source: chat | eval | ask.
+            source: chat | eval | ask (the server logs as ask, session "serve-..").
             session: chat session id (the TUI's), or an eval run id.
             index_id: manifest id of the index the passages came from.
             gold, em, f1: gold answers and the scores of `answer.answer` (eval).

@@ -50,3 +50,15 @@ def settings_from_args(args: argparse.Namespace, cfg: Config, key: str) -> Setti
 def index_folders(flag: list[str] | None, configured: str | None) -> list[str]:
     """The `--index` folders given, else the configured one, else none (the default index)."""
     return flag or ([configured] if configured else [])
+
+
+def open_index(paths: list[str]):
+    """A zero-argument loader for the retriever, so answers that skip retrieval never load it."""
+
+    def load():
+        from targ_mlx import index
+        from targ_mlx.index.progress import ProgressBar
+
+        return index.open_indexes(paths or [index.ensure_default_index(progress=ProgressBar())])
+
+    return load

@@ -8,7 +8,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 ENTRY_POINTS = {"targ_mlx.cli", "targ_mlx.calibrate", "targ_mlx.__main__", "targ_mlx.eval.__main__",
-                "targ_mlx.index.__main__", "targ_mlx.runtime.native.__main__", "tui.__main__"}
+                "targ_mlx.index.__main__", "targ_mlx.runtime.native.__main__", "targ_mlx.server.__main__", "tui.__main__"}
 CONSOLE_SCRIPT_HOLDERS = {"targ_mlx.eval"}  # its __init__ holds `targ-eval`, a lazy call of __main__
 
 
@@ -111,10 +111,10 @@ LAYERS = (
     ("targ_mlx.runtime.draft", "targ_mlx.runtime.batch", "targ_mlx.calibration_rows", "targ_mlx.conversation"),
     ("targ_mlx.pipeline",),
     ("targ_mlx.runner",),
-    ("targ_mlx.assistant", "targ_mlx.eval"),
+    ("targ_mlx.assistant", "targ_mlx.eval", "targ_mlx.server"),
     ("targ_mlx.flags",),
     ("targ_mlx.cli", "targ_mlx.calibrate", "targ_mlx.__main__", "targ_mlx.eval.__main__", "targ_mlx.index.__main__",
-     "targ_mlx.runtime.native.__main__", "tui"),
+     "targ_mlx.runtime.native.__main__", "targ_mlx.server.__main__", "tui"),
 )
 
 

@@ -1,0 +1,247 @@
+"""`targ serve`: the gated assistant behind an OpenAI-compatible HTTP API (Starlette on uvicorn).
+
+One model is loaded once; one worker thread answers requests in arrival order through the one
+answer runner (`Assistant.answer` -> `runner.stream_answer`), so a request is answered exactly as
+`targ ask` answers it and logged to the same decision log (source "ask", session "serve-…"). Requests wait in a
+bounded queue: when it is full the server answers 503 with Retry-After instead of piling up. A
+client that disconnects, mid-stream or while queued, cancels its generation.
+
+Routes: `POST /v1/chat/completions` (streaming with server-sent events, or not), `GET /v1/models`,
+`GET /health` (the only route open without the API key).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from targ_mlx.errors import TargError
+from targ_mlx.server import api
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_QUEUE = 8  # requests waiting beside the one being answered
+RETRY_AFTER_S = 2
+
+
+@dataclass
+class Job:
+    req: api.ChatRequest
+    loop: asyncio.AbstractEventLoop
+    out: asyncio.Queue
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+    def post(self, item: tuple) -> None:
+        """From the worker thread to the request's coroutine."""
+        self.loop.call_soon_threadsafe(self.out.put_nowait, item)
+
+
+class Worker:
+    """The one thread that runs the model; `submit` refuses when `queue_size` jobs already wait."""
+
+    def __init__(self, assistant, queue_size: int = DEFAULT_QUEUE, max_tokens: int | None = None):
+        if queue_size < 1:  # queue.Queue(0) would be unbounded
+            raise ValueError(f"queue_size must be >= 1; got {queue_size}")
+        self.assistant = assistant
+        self.jobs: queue.Queue[Job | None] = queue.Queue(maxsize=queue_size)
+        self.max_tokens = max_tokens
+        self.busy = False
+        self.answered = 0
+        self._thread = threading.Thread(target=self._run, name="targ-serve-worker", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        while True:  # cancel what waits, then let the thread finish its current job and exit
+            try:
+                job = self.jobs.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None:
+                job.cancel.set()
+                job.post(("error", api.ApiError(503, "server shutting down; retry later", kind="server_error")))
+        self.jobs.put(None)
+        self._thread.join(timeout=30)
+
+    def submit(self, job: Job) -> None:
+        try:
+            self.jobs.put_nowait(job)
+        except queue.Full:
+            raise api.ApiError(503, f"server busy: {self.jobs.maxsize} requests already waiting; retry in "
+                                    f"{RETRY_AFTER_S} s", code="queue_full", kind="server_error") from None
+
+    def _run(self) -> None:
+        while (job := self.jobs.get()) is not None:
+            if job.cancel.is_set():  # the client left while it waited
+                job.post(("cancelled",))
+                continue
+            self.busy = True
+            try:
+                self._answer(job)
+            finally:
+                self.busy = False
+
+    def _answer(self, job: Job) -> None:
+        req = job.req
+        overrides: dict[str, Any] = {}
+        cap = req.max_tokens or self.max_tokens
+        if cap is not None:
+            overrides["max_tokens"] = cap
+        try:
+            ans = self.assistant.answer(req.question, history=list(req.history), cancel=job.cancel,
+                                        on_text=lambda text: job.post(("text", text)), **overrides)
+        except (TargError, ValueError) as e:  # a question the model cannot take: the client's to fix
+            job.post(("error", api.ApiError(400, str(e), "messages")))
+            return
+        except Exception as e:  # noqa: BLE001  (one line to the client, the traceback to the server log)
+            logger.exception("answer failed")
+            job.post(("error", api.ApiError(500, f"internal error: {type(e).__name__}: {e}", kind="server_error")))
+            return
+        self.answered += 1
+        job.post(("done", ans, self.assistant.last_decision_id))
+
+
+def _error(e: api.ApiError) -> JSONResponse:
+    headers = {"Retry-After": str(RETRY_AFTER_S)} if e.status == 503 else None
+    return JSONResponse(e.body(), status_code=e.status, headers=headers)
+
+
+def make_app(assistant, model_name: str, api_key: str | None = None, queue_size: int = DEFAULT_QUEUE,
+             max_tokens: int | None = None) -> Starlette:
+    """The ASGI app over an `Assistant` (its log gets every answer).
+
+    Args:
+        model_name: the id `/v1/models` lists and requests name (the model key; aliases accepted).
+        api_key: required as `Authorization: Bearer KEY` on every route but /health when set.
+        queue_size: requests that may wait while one is answered; more get 503.
+        max_tokens: the answer cap when a request gives none (default: the assistant's settings).
+    """
+    worker = Worker(assistant, queue_size, max_tokens)
+    started = time.time()
+    names = {model_name, getattr(assistant.backbone, "model_id", model_name)}
+
+    def authorised(request: Request) -> None:
+        if api_key is None:
+            return
+        given = request.headers.get("authorization", "")
+        token = given[7:] if given.lower().startswith("bearer ") else ""
+        if not hmac.compare_digest(token.encode(), api_key.encode()):
+            raise api.ApiError(401, "missing or wrong API key: send 'Authorization: Bearer KEY' (the key given to "
+                                    "targ serve --api-key or $TARG_API_KEY)", code="invalid_api_key",
+                               kind="authentication_error")
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok", "model": model_name, "busy": worker.busy,
+                             "queued": worker.jobs.qsize(), "queue_size": worker.jobs.maxsize,
+                             "answered": worker.answered, "uptime_s": round(time.time() - started, 1)})
+
+    async def models(request: Request) -> Response:
+        try:
+            authorised(request)
+        except api.ApiError as e:
+            return _error(e)
+        return JSONResponse({"object": "list", "data": [
+            {"id": model_name, "object": "model", "created": int(started), "owned_by": "targ-mlx"}]})
+
+    async def chat(request: Request) -> Response:
+        try:
+            authorised(request)
+            raw = await _read_capped(request)
+            req = api.parse_chat(api.parse_body(raw))
+            if req.model is not None and req.model not in names:
+                raise api.ApiError(404, f"model {req.model!r} is not served here; this server serves {model_name!r} "
+                                        "(GET /v1/models)", "model", "model_not_found")
+            job = Job(req, asyncio.get_running_loop(), asyncio.Queue())
+            worker.submit(job)
+        except api.ApiError as e:
+            return _error(e)
+        except ClientDisconnect:
+            return Response(status_code=499)
+        cid = api.new_id()
+        if req.stream:
+            return StreamingResponse(_stream(job, cid, model_name), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        try:
+            while True:
+                item = await job.out.get()
+                if item[0] == "done":
+                    return JSONResponse(api.completion(cid, model_name, item[1], item[2]))
+                if item[0] == "error":
+                    return _error(item[1])
+                if item[0] == "cancelled":
+                    return Response(status_code=499)
+        except asyncio.CancelledError:  # the client went away while waiting
+            job.cancel.set()
+            raise
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        worker.start()
+        try:
+            yield
+        finally:
+            await asyncio.get_running_loop().run_in_executor(None, worker.stop)
+
+    app = Starlette(routes=[Route("/health", health), Route("/v1/models", models),
+                            Route("/v1/chat/completions", chat, methods=["POST"])], lifespan=lifespan)
+    app.state.worker = worker
+    return app
+
+
+async def _read_capped(request: Request) -> bytes:
+    """The body, refused with 413 as soon as it passes the cap (a huge body is never held whole)."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > api.MAX_BODY_BYTES:
+        raise api.ApiError(413, f"request body is {int(declared):,} bytes; the limit is {api.MAX_BODY_BYTES:,}: "
+                                "send a shorter conversation", code="request_too_large")
+    chunks, size = [], 0
+    async for part in request.stream():
+        size += len(part)
+        if size > api.MAX_BODY_BYTES:
+            raise api.ApiError(413, f"request body passes {api.MAX_BODY_BYTES:,} bytes: send a shorter conversation",
+                               code="request_too_large")
+        chunks.append(part)
+    return b"".join(chunks)
+
+
+async def _stream(job: Job, cid: str, model: str):
+    """Server-sent events: a role chunk, one chunk per new piece of text, the finish chunk with
+    the decision field (and usage when asked), then [DONE]. Closing the stream cancels the job."""
+    sent = ""
+    try:
+        yield api.sse(api.chunk(cid, model, {"role": "assistant", "content": ""}))
+        while True:
+            item = await job.out.get()
+            if item[0] == "text":
+                text = item[1]
+                if text.startswith(sent) and len(text) > len(sent):
+                    yield api.sse(api.chunk(cid, model, {"content": text[len(sent):]}))
+                    sent = text
+                continue
+            if item[0] == "done":
+                ans, decision_id = item[1], item[2]
+                if ans.answer.startswith(sent) and len(ans.answer) > len(sent):
+                    yield api.sse(api.chunk(cid, model, {"content": ans.answer[len(sent):]}))
+                extra = {"targ": api.decision_field(ans, decision_id)}
+                if job.req.include_usage:
+                    extra["usage"] = api.usage(ans)
+                yield api.sse(api.chunk(cid, model, {}, api.finish_reason(ans), extra))
+            elif item[0] == "error":
+                yield api.sse(item[1].body())
+            yield api.sse("[DONE]")
+            return
+    finally:
+        job.cancel.set()  # a finished job ignores it; a client gone mid-stream stops the generation
