@@ -13,6 +13,7 @@ from targ_mlx.config import CALIBRATED_TAU, DEFAULT_MODEL, Config
 from targ_mlx.decision_log import DecisionLog
 from tui.app import make_app
 from tui.widgets import ChatLog, DecisionPanel, MessageView, SourcesPanel, StatusBar
+from tui.widgets.decision import DecisionInfo
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 SIZE = (120, 36)
@@ -120,3 +121,19 @@ async def test_status_bar_says_whether_tau_is_calibrated(backbone, art_retriever
         await pilot.press(*"/tau 0.5", "enter")  # a tau the user chose is not flagged
         await pilot.pause()
         assert "τ 0.500 │" in status_for(app) and "not calibrated" not in status_for(app)
+
+
+async def test_the_panel_says_why_the_evidence_gate_read_or_not(backbone, art_retriever, log, tmp_path):
+    """The decision panel shows the evidence gate's reason, what the search found when it did not
+    read, and cites only passages it read; a reloaded row shows the same."""
+    app = chat_app(backbone, art_retriever, log, tmp_path, gate="evidence", tau=1e9)  # never reads
+    async with app.run_test(size=SIZE) as pilot:
+        await ask(app, pilot, "who painted the mona lisa")
+        panel = app.query_one(DecisionPanel)
+        text = panel_text(panel)
+        assert "why weak evidence" in text or "why model sure" in text, text
+        assert "answered from memory (searched)" in text and "found Mona Lisa" in text
+        assert app.query_one(SourcesPanel).passages == ()  # nothing read, nothing cited
+        [answer] = app.query_one(ChatLog).answers()
+        again = DecisionInfo.from_row(log.get(answer.decision_id))  # the panel of a reloaded answer
+        assert again.reason == panel.info.reason and again.found == panel.info.found
