@@ -61,6 +61,8 @@ class Text:
 @dataclass(frozen=True)
 class Done:
     answer: Answer
+    prompt_ids: tuple[int, ...] = ()  # the prompt the answer's tokens continue (with context when read)
+    answer_ids: tuple[int, ...] = ()  # the answer's tokens, EOS dropped (what `answer` decodes)
 
 
 Event = Union[Drafted, Searched, Decided, Text, Done]
@@ -151,6 +153,7 @@ def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] |
 
     read = decision.retrieve and not unavailable
     rechecked_at = None
+    final_ids = base_ids  # the prompt the answer continues
     if not read and d is None:
         for tok in generate_tokens(bb, base_ids, s.max_tokens, cancel, timing := {}):
             st.out.append(tok)
@@ -182,7 +185,8 @@ def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] |
         if packed is None:
             packed, searched = search()
             yield Searched(_refs(packed, False), st.lat["retrieval"], searched)
-        ids = pipeline.prompt_ids(bb, q, s.prompt_style, packed.text or None, turns) + prefix
+        final_ids = pipeline.prompt_ids(bb, q, s.prompt_style, packed.text or None, turns)
+        ids = final_ids + prefix
         st.out = list(prefix)
         st.shown = [t for t in prefix if t not in bb.tokenizer.eos_ids]
         for tok in generate_tokens(bb, ids, s.max_tokens - len(prefix), cancel, timing := {}):
@@ -210,7 +214,7 @@ def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] |
                            samples=sum(len(x) for x in d.samples) if d else 0),
         latency=Latency(total=time.perf_counter() - t_start, **st.lat), finish_reason=finish,
         rechecked_at=rechecked_at, search_query=searched, history_turns=len(turns),
-    ))
+    ), tuple(final_ids), tuple(t for t in out if t not in eos))
 
 
 def _recheck(bb: Backbone, d: Draft, s: Any, cancel: threading.Event | None) -> Iterator[tuple[int, bool]]:

@@ -171,7 +171,9 @@ BAD = [
     (json.dumps({"messages": [{"role": "user", "content": "   "}]}).encode(), 400, "messages"),
     (json.dumps({"messages": [{"role": "user", "content": "hi"}], "stream": "yes"}).encode(), 400, "stream"),
     (json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}).encode(), 400, "max_tokens"),
-    (json.dumps({"messages": [{"role": "user", "content": "hi"}], "logprobs": True}).encode(), 400, "logprobs"),
+    (json.dumps({"messages": [{"role": "user", "content": "hi"}], "logprobs": "yes"}).encode(), 400, "logprobs"),
+    (json.dumps({"messages": [{"role": "user", "content": "hi"}], "logprobs": True, "top_logprobs": 50}).encode(),
+     400, "top_logprobs"),
     (json.dumps({"model": "gpt-9", "messages": [{"role": "user", "content": "hi"}]}).encode(), 404, "model"),
     (json.dumps({"messages": [{"role": "user", "content": "why " * 6000}]}).encode(), 400, "messages"),
     (json.dumps({"messages": [{"role": "user", "content": "x" * (api.MAX_BODY_BYTES + 10)}]}).encode(), 413, None),
@@ -242,3 +244,18 @@ def test_a_client_that_disconnects_mid_stream_stops_its_generation(backbone, sma
         _wait(lambda: log.count() == 1)
         row = log.rows()[0]
     assert row["finish_reason"] == "cancelled" and row["tok_output"] < 600
+
+
+def test_logprobs_when_asked_score_the_answer_the_model_gave(served):
+    """Greedy answers: each token is the most likely one at its position, so its log p tops the
+    alternatives; one entry per completion token, and the tokens spell the answer."""
+    r = _ask(served.url, [{"role": "user", "content": "who wrote hamlet"}], logprobs=True, top_logprobs=3)
+    body = r.json()
+    content = body["choices"][0]["logprobs"]["content"]
+    assert len(content) == body["usage"]["completion_tokens"] > 0
+    for e in content:
+        assert e["logprob"] <= 0 and len(e["top_logprobs"]) == 3
+        assert e["logprob"] >= e["top_logprobs"][0]["logprob"] - 1e-3
+    assert "".join(e["token"] for e in content).strip() == body["choices"][0]["message"]["content"]
+    plain = _ask(served.url, [{"role": "user", "content": "who wrote hamlet"}]).json()
+    assert plain["choices"][0]["logprobs"] is None  # only when asked: it costs a pass over the answer

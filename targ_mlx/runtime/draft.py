@@ -207,3 +207,27 @@ def generate(bb: Backbone, prompt_ids: list[int], max_new: int, cancel: threadin
         if on_token:
             on_token(tok)
     return out, timing["prefill"], timing["decode"]
+
+
+def token_logprobs(bb: Backbone, prompt_ids: list[int], tokens: list[int], top: int = 0
+                   ) -> list[tuple[float, list[tuple[int, float]]]]:
+    """log p of each of `tokens` given the prompt and the tokens before it (teacher-forced: one
+    prefill and one step per token, the cost of decoding them again), with the `top` most likely
+    alternatives at each position. For an API's `logprobs`, asked for per request."""
+    out: list[tuple[float, list[tuple[int, float]]]] = []
+    if not tokens:
+        return out
+    cache = bb.make_cache()
+    logits = bb.prefill(prompt_ids, cache)
+    for i, tok in enumerate(tokens):
+        lp = logits[0].astype(mx.float32)
+        lp = lp - mx.logsumexp(lp)
+        alts: list[tuple[int, float]] = []
+        if top:
+            idx = mx.argpartition(-lp, top - 1)[:top]
+            vals = lp[idx]
+            alts = sorted(zip(idx.tolist(), vals.tolist()), key=lambda a: -a[1])
+        out.append((float(lp[tok].item()), alts))
+        if i + 1 < len(tokens):
+            logits = bb.step(mx.array([tok], dtype=mx.int32), cache)
+    return out

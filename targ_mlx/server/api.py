@@ -23,6 +23,7 @@ from targ_mlx.records import Answer
 MAX_BODY_BYTES = 1 << 20  # a request body above 1 MiB is refused before it is parsed
 MAX_MESSAGES = 200
 MAX_TOKENS_LIMIT = 2048  # the largest max_tokens a request may ask for
+MAX_TOP_LOGPROBS = 20
 OBJECT_CHAT = "chat.completion"
 OBJECT_CHUNK = "chat.completion.chunk"
 
@@ -47,6 +48,8 @@ class ChatRequest:
     max_tokens: int | None
     model: str | None
     include_usage: bool = False
+    logprobs: bool = False  # per-token log-probabilities of the answer (one more pass over it)
+    top_logprobs: int = 0
 
 
 def _text(content: Any, where: str) -> str:
@@ -114,15 +117,22 @@ def parse_chat(body: dict) -> ChatRequest:
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise ApiError(400, f"model must be a string; got {type(model).__name__}", "model")
-    if body.get("logprobs"):
-        raise ApiError(400, "logprobs is not supported by this server yet; drop it from the request", "logprobs",
-                       "unsupported_parameter")
+    logprobs = body.get("logprobs", False)
+    if logprobs is None:
+        logprobs = False
+    if not isinstance(logprobs, bool):
+        raise ApiError(400, f"logprobs must be true or false; got {logprobs!r}", "logprobs")
+    top = body.get("top_logprobs") or 0
+    if isinstance(top, bool) or not isinstance(top, int) or not 0 <= top <= MAX_TOP_LOGPROBS:
+        raise ApiError(400, f"top_logprobs must be an integer in [0, {MAX_TOP_LOGPROBS}]; got {top!r}", "top_logprobs")
+    if top and not logprobs:
+        raise ApiError(400, "top_logprobs needs logprobs: true", "top_logprobs")
     n = body.get("n", 1)
     if n != 1:
         raise ApiError(400, f"n must be 1 (one answer per request); got {n!r}", "n")
     opts = body.get("stream_options") or {}
     include_usage = bool(isinstance(opts, dict) and opts.get("include_usage"))
-    return ChatRequest(pending.strip(), tuple(turns), stream, max_tokens, model, include_usage)
+    return ChatRequest(pending.strip(), tuple(turns), stream, max_tokens, model, include_usage, logprobs, top)
 
 
 def new_id() -> str:
@@ -155,16 +165,27 @@ def finish_reason(ans: Answer) -> str:
     return "length" if ans.finish_reason == "length" else "stop"
 
 
-def completion(cid: str, model: str, ans: Answer, decision_id: int | None) -> dict:
+def logprobs_field(decode, scored: list[tuple[int, float, list[tuple[int, float]]]]) -> dict:
+    """OpenAI's `logprobs` object from (token id, log p, [(alternative id, log p)]) per answer token."""
+    def entry(tok: int, lp: float) -> dict:
+        text = decode([tok])
+        return {"token": text, "logprob": lp, "bytes": list(text.encode("utf-8"))}
+
+    return {"content": [{**entry(t, lp), "top_logprobs": [entry(a, alp) for a, alp in alts]}
+                        for t, lp, alts in scored], "refusal": None}
+
+
+def completion(cid: str, model: str, ans: Answer, decision_id: int | None, logprobs: dict | None = None) -> dict:
     return {"id": cid, "object": OBJECT_CHAT, "created": int(time.time()), "model": model,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": ans.answer},
-                         "finish_reason": finish_reason(ans), "logprobs": None}],
+                         "finish_reason": finish_reason(ans), "logprobs": logprobs}],
             "usage": usage(ans), "targ": decision_field(ans, decision_id)}
 
 
-def chunk(cid: str, model: str, delta: dict, finish: str | None = None, extra: dict | None = None) -> dict:
+def chunk(cid: str, model: str, delta: dict, finish: str | None = None, extra: dict | None = None,
+          logprobs: dict | None = None) -> dict:
     out = {"id": cid, "object": OBJECT_CHUNK, "created": int(time.time()), "model": model,
-           "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
+           "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": logprobs}]}
     if extra:
         out.update(extra)
     return out

@@ -27,7 +27,9 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from targ_mlx import runner
 from targ_mlx.errors import TargError
+from targ_mlx.runtime.draft import token_logprobs
 from targ_mlx.server import api
 
 logger = logging.getLogger(__name__)
@@ -100,9 +102,13 @@ class Worker:
         cap = req.max_tokens or self.max_tokens
         if cap is not None:
             overrides["max_tokens"] = cap
+        done: list = []
         try:
             ans = self.assistant.answer(req.question, history=list(req.history), cancel=job.cancel,
-                                        on_text=lambda text: job.post(("text", text)), **overrides)
+                                        on_text=lambda text: job.post(("text", text)),
+                                        on_event=lambda ev: done.append(ev) if isinstance(ev, runner.Done) else None,
+                                        **overrides)
+            logprobs = self._logprobs(done[-1], req.top_logprobs) if req.logprobs and done else None
         except (TargError, ValueError) as e:  # a question the model cannot take: the client's to fix
             job.post(("error", api.ApiError(400, str(e), "messages")))
             return
@@ -111,7 +117,14 @@ class Worker:
             job.post(("error", api.ApiError(500, f"internal error: {type(e).__name__}: {e}", kind="server_error")))
             return
         self.answered += 1
-        job.post(("done", ans, self.assistant.last_decision_id))
+        job.post(("done", ans, self.assistant.last_decision_id, logprobs))
+
+    def _logprobs(self, done, top: int) -> dict:
+        """The answer's tokens scored again under the prompt they continue (one more pass)."""
+        bb = self.assistant.backbone
+        scored = token_logprobs(bb, list(done.prompt_ids), list(done.answer_ids), top)
+        return api.logprobs_field(bb.tokenizer.decode,
+                                  [(t, lp, alts) for t, (lp, alts) in zip(done.answer_ids, scored)])
 
 
 def _error(e: api.ApiError) -> JSONResponse:
@@ -178,7 +191,7 @@ def make_app(assistant, model_name: str, api_key: str | None = None, queue_size:
             while True:
                 item = await job.out.get()
                 if item[0] == "done":
-                    return JSONResponse(api.completion(cid, model_name, item[1], item[2]))
+                    return JSONResponse(api.completion(cid, model_name, item[1], item[2], item[3]))
                 if item[0] == "error":
                     return _error(item[1])
                 if item[0] == "cancelled":
@@ -238,7 +251,8 @@ async def _stream(job: Job, cid: str, model: str):
                 extra = {"targ": api.decision_field(ans, decision_id)}
                 if job.req.include_usage:
                     extra["usage"] = api.usage(ans)
-                yield api.sse(api.chunk(cid, model, {}, api.finish_reason(ans), extra))
+                # the answer's logprobs, when asked, ride on the last chunk (they are computed after it)
+                yield api.sse(api.chunk(cid, model, {}, api.finish_reason(ans), extra, item[3]))
             elif item[0] == "error":
                 yield api.sse(item[1].body())
             yield api.sse("[DONE]")
