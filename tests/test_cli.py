@@ -30,6 +30,28 @@ def test_ask_json_and_log(tmp_path, capsys, backbone):
     assert len(rows) == 1 and rows[0]["source"] == "ask" and rows[0]["query"] == "Who wrote Hamlet?"
 
 
+def test_ask_json_carries_what_the_evidence_gate_looked_at_and_why(tmp_path, capsys, backbone, small_index_dir,
+                                                                    small_index_questions):
+    """The default gate: the search's passages with their similarities, the score, the threshold
+    shipped for the model and the reason, in --json and on the log's row."""
+    q = small_index_questions[0]["question"]
+    db = tmp_path / "log.db"
+    assert main(["ask", q, "--index", str(small_index_dir), "--max-tokens", "8", "--db", str(db), "--json"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    from targ_mlx.gates.evidence import calibrations
+
+    assert rec["gate"] == "evidence" and rec["searched"] is True
+    assert rec["tau"] == calibrations()["smollm2-135m"]["tau"]  # shipped per model
+    assert rec["found"] and all({"key", "title", "score"} <= set(p) for p in rec["found"])
+    assert rec["score"] == rec["scores"]["evidence"] and rec["retrieved"] == (rec["score"] > rec["tau"])
+    assert rec["reason"] and ("read" in rec["reason"] or "memory" in rec["reason"])
+    assert rec["latency"]["retrieval"] > 0  # the search is counted on every question
+    from targ_mlx.decision_log import DecisionLog
+
+    row = DecisionLog(str(db)).rows()[0]
+    assert row["extra"]["reason"] == rec["reason"] and len(row["extra"]["found"]) == len(rec["found"])
+
+
 def test_ask_plain_output(tmp_path, capsys):
     rc = main(["ask", "what is the capital of france", "--gate", "never", "--no-log", "--max-tokens", "8"])
     out, err = capsys.readouterr()
