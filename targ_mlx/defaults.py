@@ -16,7 +16,10 @@ DEFAULT_N_SAMPLES = 5  # variance gate: sampled prefixes
 DEFAULT_TEMPERATURE = 0.7  # variance gate: sampling temperature
 DEFAULT_TOP_K = 5  # passages retrieved
 DEFAULT_CONTEXT_TOKENS = 1024  # L_ctx, budget for retrieved context
-DEFAULT_MAX_TOKENS = 32  # the paper's short-answer cap; 50 for multi-hop
+PAPER_MAX_TOKENS = 32  # the paper's short-answer cap (50 for multi-hop): the eval and Settings() keep it
+# The apps' answer cap (config, targ ask, chat, serve): a whole answer, streamed, Esc stops it. The
+# gate decides on the first k = 20 tokens either way; a skipped read continues the draft to this cap.
+DEFAULT_MAX_TOKENS = 256
 DEFAULT_PROMPT = "paper"  # paper: the paper's system prompt; short: few-shot short answers
 PROMPT_STYLES = ("paper", "short")
 DEFAULT_HISTORY_TOKENS = 512  # earlier chat turns kept in the prompt; SmolLM2's window is 8k

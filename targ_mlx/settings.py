@@ -20,7 +20,7 @@ from targ_mlx.defaults import (
     PAPER_GATE,
     DEFAULT_HISTORY_TOKENS,
     DEFAULT_K,
-    DEFAULT_MAX_TOKENS,
+    PAPER_MAX_TOKENS,
     DEFAULT_N_SAMPLES,
     DEFAULT_PROMPT,
     DEFAULT_REWRITE,
@@ -45,7 +45,7 @@ class Settings:
     seed: int = 0
     top_k: int = DEFAULT_TOP_K  # passages retrieved
     context_tokens: int = DEFAULT_CONTEXT_TOKENS  # L_ctx
-    max_tokens: int = DEFAULT_MAX_TOKENS
+    max_tokens: int = PAPER_MAX_TOKENS  # the paper's; `from_config` gives the apps' (256)
     recheck_every: int = 0  # m: re-check the running score every m tokens (0 = single-shot)
     prompt_style: str = DEFAULT_PROMPT
     history_tokens: int = DEFAULT_HISTORY_TOKENS  # earlier chat turns kept in the prompt

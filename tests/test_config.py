@@ -38,7 +38,7 @@ def test_defaults():
         0.7,
         5,
         1024,
-        32,
+        256,  # the apps' whole-answer cap; the eval and Settings() keep the paper's 32
     )
     assert cfg.index is None
     assert cfg.tau_for("other-model", "margin") == DEFAULT_TAU["margin"]

@@ -11,7 +11,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from targ_mlx.defaults import DEFAULT_MAX_TOKENS
+from targ_mlx.defaults import PAPER_MAX_TOKENS
 
 DATASETS = ("nq_open", "triviaqa", "popqa", "musique", "asqa")
 DEFAULT_LIMIT = 500
@@ -86,4 +86,4 @@ def dataset_name(data_file: str | None, dataset: str | None) -> str:
 
 
 def max_tokens_for(name: str) -> int:
-    return next((v for k, v in MAX_TOKENS.items() if name.startswith(k)), DEFAULT_MAX_TOKENS)
+    return next((v for k, v in MAX_TOKENS.items() if name.startswith(k)), PAPER_MAX_TOKENS)

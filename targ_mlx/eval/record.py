@@ -19,7 +19,7 @@ from targ_mlx.runtime.backbone import Backbone
 from targ_mlx.defaults import (  # noqa: F401  (DEFAULT_K: the eval CLI's default k)
     DEFAULT_BETA,
     DEFAULT_K,
-    DEFAULT_MAX_TOKENS,
+    PAPER_MAX_TOKENS,
     DEFAULT_N_SAMPLES,
     DEFAULT_TEMPERATURE,
     DEFAULT_TOP_K,
@@ -50,7 +50,7 @@ class RecordSettings:
     top_k: int = DEFAULT_TOP_K
     context_tokens: int = DEFAULT_CONTEXT_TOKENS
     crag_tokens: int = CRAG_CONTEXT_TOKENS
-    max_tokens: int = DEFAULT_MAX_TOKENS
+    max_tokens: int = PAPER_MAX_TOKENS
     prompt_style: str = EVAL_PROMPT
     seed: int = 0
     baselines: bool = True
