@@ -127,3 +127,43 @@ def test_add_cli_reports_and_rejects_a_non_folder(gold_rows, notes_folder, tmp_p
     assert "1 new or changed file(s), 0 removed" in capsys.readouterr().out
     assert index_main(["add", str(out), "--corpus", str(folder / "new.txt"), "--quiet"]) == 2  # one CLI error code
     assert "not a folder" in capsys.readouterr().err
+
+
+def test_a_bad_file_is_skipped_and_reported_and_the_rest_is_indexed(notes_folder, tmp_path, caplog, capsys):
+    """One corrupt PDF and one file that is not UTF-8 among the notes: both skipped with one
+    warning line each, listed in the manifest and the build summary; every good file indexed.
+    Removing the bad file afterwards leaves the same build (nothing to redo, nothing refused)."""
+    folder, rows = notes_folder
+    (folder / "broken.pdf").write_bytes(b"%PDF-1.4\n" + b"\x00garbage" * 50)
+    (folder / "latin1.txt").write_bytes("caf\xe9 cr\xe8me br\xfbl\xe9e ".encode("latin-1") * 20)
+    out = tmp_path / "idx"
+    assert index_main(["build", "--corpus", str(folder), "--out", str(out), "--quiet"]) == 0
+    shown = capsys.readouterr().out
+    assert "skipped      " in shown and "broken.pdf" in shown and "latin1.txt: not UTF-8" in shown
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("broken.pdf" in w for w in warned) and any("latin1.txt" in w for w in warned)
+    manifest = open_retriever(out).manifest
+    assert set(manifest["build"]["skipped"][str(folder.resolve())]) == {"broken.pdf", "latin1.txt"}
+    assert set(manifest["build"]["documents"][str(folder.resolve())]) == {
+        "lecture.md", "page.html", "report.pdf", "sub/memo.txt"}
+    (folder / "broken.pdf").unlink()
+    assert build_index([str(folder)], out) == out  # the same build: found finished, not refused
+
+
+def test_a_short_note_becomes_one_passage(tmp_path):
+    """A memo below the 200-character chunk minimum is one passage of your notes (it used to be
+    none, silently); Wikipedia articles that short are still skipped."""
+    folder = tmp_path / "memos"
+    folder.mkdir()
+    memo = ("The spare key to the bike shed is taped under the blue flowerpot by the back door. "
+            "Ask Dana before moving it.")
+    assert len(memo) < 200
+    (folder / "memo.txt").write_text(memo, encoding="utf-8")
+    out = build_index([str(folder)], tmp_path / "idx")
+    [(title, text, _)] = _rows(out).values()
+    assert title == "memos/memo.txt" and text == memo
+    hit = open_retriever(out).search("where is the spare key to the bike shed", 1)
+    assert hit[0].title == "memos/memo.txt"
+    from targ_mlx.index.chunking import chunk_article
+
+    assert list(chunk_article("wiki", "1", "Stub", memo)) == []  # not your notes: still below the minimum

@@ -132,6 +132,11 @@ def _info(path, verify: bool, as_json: bool) -> None:
     for key, value in info.to_dict().items():
         print(f"{key:12} {value}")
     print(f"{'timing':12} {r.manifest['timing']}")
+    for c in r.manifest.get("corpora") or []:  # a dropped file shows as a source with fewer passages
+        print(f"{'source':12} {c['source']}: {c['passages']:,} passages from {c['articles']:,} articles/documents")
+    for folder, bad in (r.manifest.get("build", {}).get("skipped") or {}).items():
+        for rel, why in bad.items():
+            print(f"{'skipped':12} {folder}/{rel}: {why}")
 
 
 def _search(args) -> None:

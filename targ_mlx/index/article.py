@@ -12,3 +12,4 @@ class Article:
     text: str
     source: str  # corpus label, recorded with every chunk
     pages: tuple[int, ...] = ()  # a PDF's page start offsets in `text`; chunks cite their page
+    keep_short: bool = False  # one passage even below the chunk minimum (your own short notes)

@@ -22,7 +22,7 @@ import sqlite_utils
 
 from targ_mlx.index.chunking import Chunk, ChunkParams, chunk_article
 from targ_mlx.index.corpus import Article, read_corpus
-from targ_mlx.index.documents import is_document_folder, scan
+from targ_mlx.index.documents import is_document_folder, scan_report
 from targ_mlx.index.encoder import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_ENCODER,
@@ -71,7 +71,7 @@ def iter_chunks(corpora: Iterable[str], params: ChunkParams, limit: int | None =
     `documents` ({folder: {path: sha256}}) pins the files read from documents folders.
     """
     for a in _articles(corpora, limit, documents):
-        yield from chunk_article(a.source, a.id, a.title, a.text, params, a.pages)
+        yield from chunk_article(a.source, a.id, a.title, a.text, params, a.pages, a.keep_short)
 
 
 def spec_chunks(spec: dict, params: ChunkParams) -> Iterator[Chunk]:
@@ -93,11 +93,16 @@ def _corpus_spec(c) -> str:
 
 def _build_spec(corpora, encoder, dtype, limit, params: ChunkParams, hnsw: HnswParams, backend: str) -> dict:
     corpora = [_corpus_spec(c) for c in corpora]
-    documents = {c: scan(Path(c)) for c in corpora if is_document_folder(Path(c))}
+    scans = {c: scan_report(Path(c)) for c in corpora if is_document_folder(Path(c))}
+    documents = {c: files for c, (files, _) in scans.items()}
+    skipped = {c: bad for c, (_, bad) in scans.items() if bad}
     return {
         "format": FORMAT_VERSION,
         "corpora": corpora,
         **({"documents": documents} if documents else {}),
+        # unreadable files, left out and listed (the manifest keeps them); not part of what
+        # makes two builds the same, so removing a bad file lets the same build resume
+        **({"skipped": skipped} if skipped else {}),
         "encoder": encoder,
         "backend": backend,
         "dtype": dtype,
@@ -112,7 +117,8 @@ def _same_build(a: dict, b: dict) -> bool:
     """Equal build arguments, ignoring expansion_search (a serving setting, not part of the graph)."""
 
     def strip(spec: dict) -> dict:
-        return {**spec, "corpora": [_corpus_spec(c) for c in spec["corpora"]], "backend": spec.get("backend", TORCH),
+        return {**{k: v for k, v in spec.items() if k != "skipped"},
+                "corpora": [_corpus_spec(c) for c in spec["corpora"]], "backend": spec.get("backend", TORCH),
                 "hnsw": {k: v for k, v in spec["hnsw"].items() if k != "expansion_search"}}
 
     return strip(a) == strip(b)

@@ -100,11 +100,17 @@ def split_text(text: str, params: ChunkParams = ChunkParams()) -> list[tuple[int
 
 def chunk_article(
     source: str, article: str, title: str, text: str, params: ChunkParams = ChunkParams(),
-    pages: Sequence[int] = (),
+    pages: Sequence[int] = (), keep_short: bool = False,
 ) -> Iterator[Chunk]:
     """Yield the chunks of one article, each carrying the article title; with `pages` (page start
-    offsets, e.g. of a PDF), the title names the chunk's pages: "TITLE p. 3" or "TITLE p. 3-4"."""
-    for start, end in split_text(text, params):
+    offsets, e.g. of a PDF), the title names the chunk's pages: "TITLE p. 3" or "TITLE p. 3-4".
+
+    With `keep_short` a text below the minimum is one passage instead of none: a Wikipedia stub
+    is noise, a 195-character memo of your own is the thing you will ask about."""
+    spans = split_text(text, params)
+    if not spans and keep_short and text.strip():
+        spans = [(0, len(text.rstrip()))]
+    for start, end in spans:
         body = text[start:end].strip()
         named = title
         if pages:

@@ -42,9 +42,28 @@ def digest(path: Path) -> str:
 
 
 def scan(folder: Path) -> dict[str, str]:
-    """{path inside the folder: sha256 of its bytes} for every document, in sorted order."""
+    """{path inside the folder: sha256 of its bytes} for every readable document, in sorted order."""
+    return scan_report(folder)[0]
+
+
+def scan_report(folder: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """({path: sha256} of the documents that read, {path: why} of those that do not).
+
+    Each file is read once here (a corrupt PDF, text that is not UTF-8, an unreadable file), so
+    one bad file among hundreds is skipped with one warning line instead of sinking the build.
+    """
     folder = Path(folder)
-    return {p.relative_to(folder).as_posix(): digest(p) for p in _files(folder)}
+    files, skipped = {}, {}
+    for p in _files(folder):
+        rel = p.relative_to(folder).as_posix()
+        try:
+            read_document(folder, rel)
+            files[rel] = digest(p)
+        except (CorpusError, OSError) as e:
+            why = str(e).split(": ", 1)[-1].split("; fix:")[0] if isinstance(e, CorpusError) else e.strerror or str(e)
+            skipped[rel] = why
+            logger.warning("skipped %s: %s", p, why)
+    return files, skipped
 
 
 class _HtmlText(HTMLParser):
@@ -98,10 +117,16 @@ def read_document(folder: Path, rel: str) -> Article:
         for page in map(normalise_space, _pdf_pages(path)):
             pages.append(len(text) + (2 if text and page else 0))
             text = f"{text}\n\n{page}" if text and page else text or page
-        return Article(rel, title, text, str(folder), tuple(pages))
+        return Article(rel, title, text, str(folder), tuple(pages), keep_short=True)
     raw = path.read_bytes()
-    body = _html_text(raw) if path.suffix.lower() in (".html", ".htm") else raw.decode("utf-8", errors="replace")
-    return Article(rel, title, normalise_space(body), str(folder))
+    if path.suffix.lower() in (".html", ".htm"):
+        body = _html_text(raw)  # pages declare their own charsets; a stray byte is not worth a skip
+    else:
+        try:
+            body = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise CorpusError(f"{path}: not UTF-8 text (byte {e.start}); fix: save it as UTF-8") from None
+    return Article(rel, title, normalise_space(body), str(folder), keep_short=True)
 
 
 def read_documents(folder: Path, files: Mapping[str, str] | None = None) -> Iterator[Article]:
