@@ -162,10 +162,11 @@ def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] |
         st.lat["prefill"], st.lat["decode"] = timing["prefill"], timing["decode"]
     elif not read:
         st.out = list(d.tokens)
+        shown = None  # the draft is already decoded: one Text for all of it
         for tok in d.tokens:
-            ev = _texts(bb, st, tok)
-        if d.tokens and ev is not None:
-            yield ev
+            shown = _texts(bb, st, tok) or shown
+        if shown is not None:
+            yield shown
         t0 = time.perf_counter()
         if pipeline.rechecks(s, d) and not unavailable and g.recheck:
             for tok, triggered in _recheck(bb, d, s, cancel):
