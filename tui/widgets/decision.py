@@ -106,7 +106,8 @@ class DecisionPanel(Static):
         fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
         t.add_row("gate", f"{d.gate} (k={d.k})" if d.k else d.gate)
         op = ">" if d.retrieved or d.note else "≤"
-        t.add_row("U vs τ", Text(f"{fmt(d.u)} {op} {fmt(d.tau)}") if d.tau is not None else Text(f"U {fmt(d.u)}"))
+        t.add_row("U vs τ", Text(f"{fmt(d.u)} {op} {fmt(d.tau)}") if d.tau is not None and d.u is not None
+                  else Text(f"U {fmt(d.u)}" + (f" · τ {fmt(d.tau)}" if d.tau is not None else "")))
         t.add_row("", gauge(d.u, d.tau))
         verdict = (Text(f"read {len(d.passages)} passages", style="bold red") if d.retrieved
                    else Text(f"no retrieval: {d.note}", style="bold yellow") if d.note
