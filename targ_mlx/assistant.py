@@ -8,7 +8,6 @@ what a session changes: the model, the index, the gate and its threshold.
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Protocol
@@ -108,7 +107,7 @@ class Assistant:
 
     def _score_rows(self) -> list:
         if not self.settings.scored:
-            raise NotScoredError("this gate has no threshold; choose the entropy, margin or variance gate first")
+            raise NotScoredError("this gate has no threshold; choose a scored gate first (evidence, entropy, margin, variance)")
         if not isinstance(self.log, DecisionLog):
             return []
         return score_rows(self.log, self.settings.gate, self.settings.k, model=self.backbone.model_id)
@@ -131,8 +130,7 @@ class Assistant:
     @property
     def retriever(self) -> Retriever:
         if self._retriever is None:
-            raise NoRetrieverError("this question needs retrieval but no index is open; pass --index DIR "
-                                   "(or build one: python -m targ_mlx.index build)")
+            raise NoRetrieverError()
         if not isinstance(self._retriever, Retriever) and callable(self._retriever):
             self._retriever = self._retriever()
             self.index_id = self.index_id or getattr(self._retriever, "manifest_id", None)

@@ -15,7 +15,6 @@ from typing import Sequence
 from targ_mlx.calibration import accuracy_threshold, budget_threshold, retrieval_rate
 from targ_mlx import gates
 from targ_mlx.decision_log import POSITIVE_LABELS, SCORE_COLUMNS, DecisionLog
-
 from targ_mlx.errors import TargError
 from targ_mlx.log_store import filters
 

@@ -98,7 +98,7 @@ def ask(args: argparse.Namespace) -> int:
     for p in ans.passages:  # cited: only what was read
         print(f"  [{p.score:.3f}] {p.title}", file=sys.stderr)
     if ans.searched and not ans.retrieved and ans.found:
-        print(f"  searched, not read: " + "; ".join(f"[{p.score:.2f}] {p.title}" for p in ans.found[:3]),
+        print("  searched, not read: " + "; ".join(f"[{p.score:.2f}] {p.title}" for p in ans.found[:3]),
               file=sys.stderr)
     if log is not None:
         print(f"  chat {chat}: continue with --chat {chat}", file=sys.stderr)

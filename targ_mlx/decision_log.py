@@ -16,10 +16,6 @@ import json
 from datetime import datetime
 from typing import Any
 
-# The paper's three scores have columns of their own (u_entropy, u_margin, u_variance); every other
-# gate's score (evidence, one a user registers) and the search's signals go in `extra` as JSON.
-SCORE_COLUMNS = ("entropy", "margin", "variance")
-
 from targ_mlx.log_store import (  # noqa: F401  (re-exported: the log's public names)
     DEFAULT_LOCK_TIMEOUT,
     MIGRATIONS,
@@ -35,6 +31,9 @@ from targ_mlx.log_store import (  # noqa: F401  (re-exported: the log's public n
 from targ_mlx.records import Answer
 from targ_mlx.transcript import ROLES, Message, SessionSummary, Transcript  # noqa: F401
 
+# The paper's three scores have columns of their own (u_entropy, u_margin, u_variance); every other
+# gate's score (evidence, one a user registers) and the search's signals go in `extra` as JSON.
+SCORE_COLUMNS = ("entropy", "margin", "variance")
 SOURCES = ("chat", "eval", "ask")
 LABELS = ("correct", "wrong", "helpful", "unhelpful")
 POSITIVE_LABELS = ("correct", "helpful")

@@ -18,7 +18,11 @@ class ModelLoadError(TargError):
 
 
 class NoRetrieverError(TargError):
-    """A question the gate would read for, with no index open."""
+    """A question the gate would search or read for, with no index open."""
+
+    def __init__(self, message: str = "this question needs retrieval but no index is open; pass --index DIR "
+                                      "(or build one: python -m targ_mlx.index build)"):
+        super().__init__(message)
 
 
 class QuestionError(TargError, ValueError):

@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from targ_mlx import conversation, gates, prompts, retrieval
-from targ_mlx.gates import RECHECK_GATES
 from targ_mlx.runtime.backbone import Backbone
 from targ_mlx.conversation import Turn
-
 from targ_mlx.runtime.draft import Draft
-from targ_mlx.errors import NoRetrieverError, QuestionError  # noqa: F401  (the runner raises it)
+from targ_mlx.errors import QuestionError
 from targ_mlx.retrieval import Passage
 
 MAX_QUESTION_CHARS = 20_000  # refuse before tokenizing megabytes of pasted text
@@ -78,14 +76,7 @@ def retrieve(bb: Backbone, retriever, question: str, s: Any, prefix_tokens: int 
 
 def rechecks(s: Any, d: Draft | None) -> bool:
     """Whether the optional re-check applies: m > 0, a gate it can recompute, a draft that goes on."""
-    return d is not None and s.recheck_every > 0 and s.gate in RECHECK_GATES and not d.ended
-
-
-def score_draft(entropies: Sequence[float], gaps: Sequence[float], samples: Sequence[Sequence[int]], k: int,
-                beta: float) -> dict[str, float]:
-    """U of every draft-only gate the draft allows over its first k steps (variance only with samples)."""
-    sig = gates.Signals(entropies, gaps, samples)
-    return gates.score_all(sig, gates.GateParams(k, beta), only=gates.draft_only_names())
+    return d is not None and s.recheck_every > 0 and gates.get(s.gate).recheck and not d.ended
 
 
 def answer_text(bb: Backbone, tokens: Sequence[int], cap: int) -> tuple[str, int]:

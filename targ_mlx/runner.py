@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterator, Sequence, Union
 
 from targ_mlx import gates, pipeline
 from targ_mlx.gates import DRAFT, SAMPLES, SEARCH, GateDecision, GateParams, Signals
+from targ_mlx.errors import NoRetrieverError
 from targ_mlx.records import Answer, Latency, PassageRef, TokenCounts
 from targ_mlx.retrieval import Retriever
 from targ_mlx.runtime.backbone import Backbone
@@ -128,8 +129,7 @@ def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] |
     def search():
         r = retriever() if callable(retriever) and not isinstance(retriever, Retriever) else retriever
         if r is None:
-            raise pipeline.NoRetrieverError("this question needs retrieval but no index is open; pass --index DIR "
-                                            "(or build one: python -m targ_mlx.index build)")
+            raise NoRetrieverError()
         packed, secs, searched = pipeline.retrieve(bb, r, q, s, len(prefix), turns, cancel)
         st.lat["retrieval"] += secs
         return packed, searched
@@ -168,7 +168,7 @@ def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] |
         if shown is not None:
             yield shown
         t0 = time.perf_counter()
-        if pipeline.rechecks(s, d) and not unavailable and g.recheck:
+        if pipeline.rechecks(s, d) and not unavailable:
             for tok, triggered in _recheck(bb, d, s, cancel):
                 st.out.append(tok)
                 if (ev := _texts(bb, st, tok)) is not None:

@@ -150,8 +150,9 @@ def evaluate_dataset(name, items, args, out: Path, bb, retriever, log, session) 
         run_info["latency_seconds"] = lat_s[0] + time.perf_counter() - t0
         run_info["latency_new"] = len(read_jsonl(out / "latency.jsonl")) - timed_before
     records = in_item_order(out / "records.jsonl", items)
-    prev_cfg = json.loads((out / "config.json").read_text()) if (out / "config.json").is_file() else {}
-    model = bb.model_id if bb is not None else prev_cfg.get("model") or args.model or DEFAULT_MODEL
+    prev = out / "config.json"
+    old = json.loads(prev.read_text()) if prev.is_file() else {}  # the config of the run that made the records
+    model = bb.model_id if bb is not None else old.get("model") or args.model or DEFAULT_MODEL
     if fill_scores(records, model, s.beta):  # a gate registered after the records were made
         write_jsonl(out / "records.jsonl", records)
     latency = {r["id"]: r for r in read_jsonl(out / "latency.jsonl")}
@@ -160,14 +161,11 @@ def evaluate_dataset(name, items, args, out: Path, bb, retriever, log, session) 
               "index": str(args.index), "run": run_info,
               **(_corpus_info(retriever) if retriever else _corpus_info_from({"index": args.index})),
               "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
-    prev = out / "config.json"
     nothing_new = not args.report_only and not run_info["records_new"] and not run_info["latency_new"]
     if prev.is_file() and (args.report_only or nothing_new):  # keep the settings the records were made with
-        old = json.loads(prev.read_text())
         found = _corpus_info_from(old) or (_corpus_info(retriever) if nothing_new else {})
         config = {**old, **found, "report_date": config["date"], "versions": config["versions"]}
     elif prev.is_file():  # a resumed run: keep every run's throughput (a first run's is only in "run")
-        old = json.loads(prev.read_text())
         config["runs"] = (old.get("runs") or ([old["run"]] if old.get("run") else [])) + [run_info]
     prev.write_text(json.dumps(config, indent=2, default=str))
     return report.write_all(name, records, latency, out, k=args.k, seed=args.seed, n_boot=args.bootstrap,

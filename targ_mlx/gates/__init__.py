@@ -35,14 +35,7 @@ from targ_mlx.gates.evidence import EvidenceGate  # noqa: F401
 # a gate registered later is still reachable through `get`/`names()`.
 GATES = names()
 SCORED_GATES = scored_names()
-RECHECK_GATES = tuple(n for n, g in REGISTRY.items() if g.recheck)
 DEFAULT_TAU = MappingProxyType({n: g.default_tau for n, g in REGISTRY.items() if g.scored})
-
-
-def score(gate: str, signals: Signals, k: int | None = None, beta: float | None = None) -> float | None:
-    """U of one gate over the first k draft steps (None for never/always)."""
-    p = GateParams(k, beta) if beta is not None else GateParams(k)
-    return get(gate).score(signals, p)
 
 
 def decide(gate: str, signal: float | None, tau: float) -> GateDecision:
@@ -55,12 +48,12 @@ def decide(gate: str, signal: float | None, tau: float) -> GateDecision:
     return GateDecision(bool(signal > tau), float(signal), float(tau), gate)
 
 
-def score_all(sig: Signals, p: GateParams, only: tuple[str, ...] | None = None) -> dict[str, float]:
+def score_all(sig: Signals, p: GateParams) -> dict[str, float]:
     """U of every registered scored gate the signals allow (variance needs samples, evidence a
-    search); `only` restricts to those names."""
+    search)."""
     out: dict[str, float] = {}
     for name, g in REGISTRY.items():
-        if not g.scored or (only is not None and name not in only):
+        if not g.scored:
             continue
         if (DRAFT in g.needs and not sig.gaps) or (SAMPLES in g.needs and not sig.samples) or \
                 (SEARCH in g.needs and sig.evidence is None):
