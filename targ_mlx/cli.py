@@ -10,6 +10,7 @@ import uuid
 
 from targ_mlx._blas import bind_openblas
 from targ_mlx.defaults import (
+    BIGGER_INDEX_HINT,
     DEFAULT_BETA,
     DEFAULT_CONTEXT_TOKENS,
     DEFAULT_N_SAMPLES,
@@ -69,7 +70,7 @@ def ask(args: argparse.Namespace) -> int:
     history = chat_history(log, args.chat) if args.chat else []
     bb = load_backbone(cfg.model)
     chat = args.chat or uuid.uuid4().hex[:12]
-    assistant = Assistant(bb, open_index(index_folders(args.index, cfg.index)), settings, log=log, source="ask",
+    assistant = Assistant(bb, open_index(index_folders(args.index, cfg.index), args.retriever), settings, log=log, source="ask",
                           session=chat)
     ans = assistant.answer(args.question, history=history)
     if log is not None:  # the transcript, so `--chat ID` can continue it
@@ -84,6 +85,7 @@ def ask(args: argparse.Namespace) -> int:
     print(ans.answer)
     if ans.no_source:
         print("(no good source found in the index: answered from memory, and the model is unsure)")
+        print(f"  {BIGGER_INDEX_HINT}", file=sys.stderr)
     u = "-" if ans.score is None else f"{ans.score:.3f}"
     op = ">" if ans.retrieved else "<="
     where = f"read {len(ans.passages)} passages" if ans.retrieved else "answered from memory"

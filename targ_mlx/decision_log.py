@@ -106,7 +106,8 @@ class DecisionLog(Transcript):
         if answer.searched or answer.reason:
             # what the gate looked at and said: the search's passages (read or not) and its reason
             extra = {**(extra or {}), "reason": answer.reason, "no_source": answer.no_source,
-                     "found": [[p.key, p.title, p.score] for p in answer.found]}
+                     "found": [[p.key, p.title, p.score] + ([p.bm25] if p.bm25 is not None else [])
+                               for p in answer.found]}
         if answer.history_turns or (answer.search_query and answer.search_query != answer.question):
             # A chat turn: what retrieval searched and how many earlier turns the prompt held.
             extra = {**(extra or {}), "search_query": answer.search_query, "history_turns": answer.history_turns}
@@ -117,7 +118,8 @@ class DecisionLog(Transcript):
         for metric, value in (("em", em), ("f1", f1)):
             if value is not None:
                 branch[ran].setdefault(metric, value)
-        passages = [{"key": p.key, "title": p.title, "score": p.score} for p in answer.passages]
+        passages = [{"key": p.key, "title": p.title, "score": p.score, **({"bm25": p.bm25} if p.bm25 is not None else {})}
+                    for p in answer.passages]
         t, lat = answer.tokens, answer.latency
         row = (
             utc_now(), source, session, answer.model, index_id, answer.question, answer.gate,

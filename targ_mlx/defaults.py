@@ -30,3 +30,10 @@ REWRITE_METHODS = ("fused", "questions", "answer", "model", "none")  # how a fol
 # (recall@20 0.731, overlap@5 0.431) against either alone (questions 0.671 / 0.409, answer
 # 0.655 / 0.384); only forms with the answer find "Leonardo da Vinci" for "when was he born?".
 DEFAULT_REWRITE = "fused"
+
+# Shown when the gate finds no good source: the default index holds 10k lead sections, and a
+# bigger Wikipedia is one command away (BM25-only: minutes, not the hours encoding would take;
+# online by name, or offline from a WikiExtractor dump given as --corpus PATH)
+BIGGER_INDEX_HINT = ("a bigger index may hold it (Simple English Wikipedia, 197k articles): "
+                     "targ-index build --corpus simplewiki --no-dense --out ~/targ-simplewiki, then ask with "
+                     "--index ~/targ-simplewiki")

@@ -5,7 +5,7 @@ Pure functions over strings and a tokenizer's `encode`; no model, no index.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 from targ_mlx.defaults import PROMPT_STYLES  # noqa: F401
@@ -78,7 +78,7 @@ def pack_context(passages: Sequence[Passage], budget: int, encode: Callable[[str
         if room >= 16:  # a stub of a few tokens is noise, not context
             cut = decode(ids[:room]).lstrip("\n")
             title_len = len(p.title) + 3
-            kept.append(Passage(p.key, p.title, cut[title_len:] if len(cut) > title_len else "", p.score))
+            kept.append(replace(p, text=cut[title_len:] if len(cut) > title_len else ""))
             lines.append(cut)
             used += room
         break

@@ -14,6 +14,7 @@ class PassageRef:
     title: str
     score: float
     text: str = ""  # the passage as it went into the prompt (possibly cut to the budget)
+    bm25: float | None = None  # its BM25 score, when the index has a BM25 part (`score` stays the cosine)
 
 
 @dataclass(frozen=True)

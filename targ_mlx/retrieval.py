@@ -15,6 +15,8 @@ from typing import Protocol, Sequence, runtime_checkable
 # TREC CAsT, BENCHMARKS.md "Standalone retrieval queries").
 RRF_C = 60
 FUSE_DEPTH = 20  # passages taken from each ranking before fusing
+# How an index with a BM25 part is searched (`--retriever`): vectors, BM25, or both fused by rank
+RETRIEVERS = ("dense", "bm25", "hybrid")
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,7 @@ class Passage:
     title: str
     text: str
     score: float  # inner product of normalised vectors (cosine); higher is closer
+    bm25: float | None = None  # its BM25 score for the query, when the index has a BM25 part (hybrid.py)
 
     def format(self) -> str:
         """The paper's context format: `[title] text`."""

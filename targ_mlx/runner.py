@@ -88,11 +88,12 @@ def _texts(bb: Backbone, st: _Run, tok_id: int) -> Text | None:
 
 
 def evidence_of(packed) -> tuple[gates.Evidence, ...]:
-    return tuple(gates.Evidence(p.title, float(p.score)) for p in packed.passages)
+    return tuple(gates.Evidence(p.title, float(p.score), p.bm25) for p in packed.passages)
 
 
 def _refs(packed, with_text: bool) -> tuple[PassageRef, ...]:
-    return tuple(PassageRef(p.key, p.title, round(p.score, 6), p.text if with_text else "") for p in packed.passages)
+    return tuple(PassageRef(p.key, p.title, round(p.score, 6), p.text if with_text else "", p.bm25)
+                 for p in packed.passages)
 
 
 def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] | None, question: str, s: Any, *,

@@ -112,3 +112,24 @@ def test_second_corpus_reuses_the_corpus_free_fields(tmp_path, small_index_dir, 
     assert main([*common, "--output-dir", str(tmp_path / "c"), "--reuse-records", str(a), "--max-tokens", "7"]) == 2
     err = capsys.readouterr().err
     assert "max_tokens" in err and "fix" in err
+
+
+@pytest.mark.slow
+def test_eval_searches_hybrid_where_bm25_exists_and_a_resumed_run_keeps_its_mode(tmp_path, small_index_dir):
+    out = tmp_path / "out"
+    args = ["--data-file", NQ, "--index", str(small_index_dir), "--output-dir", str(out), *TINY, "--latency-sample", "0"]
+    assert main([*args, "--limit", "1", "--retriever", "dense"]) == 0
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["retriever"] == "dense"
+    first = json.loads((out / "records.jsonl").read_text().splitlines()[0])
+    assert all(len(p) == 3 for p in first["always"]["passages"])  # [key, title, cosine]: no BM25 score
+    # no --retriever: the run whose records are there was dense, so the added question is too
+    assert main([*args, "--limit", "2"]) == 0
+    assert json.loads((out / "config.json").read_text())["retriever"] == "dense"
+    fresh = tmp_path / "fresh"
+    assert main([*args[:5], str(fresh), *args[6:], "--limit", "1"]) == 0
+    cfg = json.loads((fresh / "config.json").read_text())
+    assert cfg["retriever"] == "hybrid" and "searched by hybrid" in (fresh / "summary.md").read_text()
+    rec = json.loads((fresh / "records.jsonl").read_text().splitlines()[0])
+    # [key, title, cosine, bm25] for every passage read, whichever ranking found it
+    assert rec["always"]["passages"] and all(len(p) == 4 and p[3] >= 0 for p in rec["always"]["passages"])

@@ -37,7 +37,7 @@ def test_small_index_holds_every_chunk_once(small_index_dir, small_index_corpus)
     assert m["chunking"] == {"size": 1000, "overlap": 100, "min_size": 200}
     assert m["counts"]["articles"] == 150 and m["corpora"][0]["source"] == "small_pool.jsonl"
     assert set(m["files"]) == {"vectors.usearch", "passages.db"}
-    assert sorted(os.listdir(small_index_dir)) == ["manifest.json", "passages.db", "vectors.usearch"]
+    assert sorted(os.listdir(small_index_dir)) == ["bm25", "manifest.json", "passages.db", "vectors.usearch"]
     assert not partial_dir(small_index_dir).exists()
 
 

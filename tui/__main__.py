@@ -17,17 +17,17 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _open_loaded(folders: list[Path]):
+def _open_loaded(folders: list[Path], retriever_mode: str | None = None):
     """Open indexes and load their query encoders now, not on the first retrieval."""
     from targ_mlx.index import open_indexes
 
-    retriever = open_indexes(folders)
+    retriever = open_indexes(folders, retriever=retriever_mode)
     for part in getattr(retriever, "parts", [retriever]):  # indexes built with other encoders
         part.encoder  # noqa: B018
     return retriever
 
 
-def make_loader(cfg, settings, folders: list[str] | None = None):
+def make_loader(cfg, settings, folders: list[str] | None = None, retriever_mode: str | None = None):
     """`loader(progress) -> (Assistant, index label, notice)`: model, then index (built on first run)."""
 
     def load(progress):
@@ -44,14 +44,16 @@ def make_loader(cfg, settings, folders: list[str] | None = None):
             paths = [Path(f) for f in folders or index_folders(None, cfg.index)]
             if not paths and not (index.default_index_dir() / "manifest.json").is_file():
                 # answer at once; questions the gate retrieves for skip retrieval until it is built
-                building = BuildingIndex(lambda cb: [index.ensure_default_index(progress=cb)], _open_loaded,
+                building = BuildingIndex(lambda cb: [index.ensure_default_index(progress=cb)],
+                                         lambda paths: _open_loaded(paths, retriever_mode),
                                          lambda d, n: progress(f"index building {100 * d / max(n, 1):.0f}%", d, n))
                 return (Assistant(bb, building, settings, source="chat"), index.DEFAULT_INDEX_NAME,
                         "the default index is building: answers skip retrieval until it is ready")
-            paths = paths or [index.default_index_dir()]
+            # built: a no-op, but an index built before BM25 parts existed gains one (seconds)
+            paths = paths or [index.ensure_default_index()]
             label = " + ".join(p.name for p in paths)
             progress(f"opening index {label} and its query encoder")
-            retriever = _open_loaded(paths)
+            retriever = _open_loaded(paths, retriever_mode)
             index_id = retriever.manifest_id
         except Exception as e:  # answer without retrieval rather than not at all
             return Assistant(bb, None, settings, source="chat"), "none", f"answering without retrieval: {e}"
@@ -79,7 +81,7 @@ def _run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config).merged(model=args.model, db=args.db)
     settings = settings_from_args(args, cfg, model_key(cfg.model))  # fails before the model loads
     log = DecisionLog(cfg.db)
-    app = make_app(make_loader(cfg, settings, args.index), log=log, config=cfg, config_path=args.config,
+    app = make_app(make_loader(cfg, settings, args.index, args.retriever), log=log, config=cfg, config_path=args.config,
                    resume=not args.new)
     app.run()
     return 0

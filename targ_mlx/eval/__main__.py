@@ -18,6 +18,7 @@ bind_openblas()  # an entry point: bind before the imports below load mlx.core
 from targ_mlx.eval.datasets import DATASETS, DEFAULT_LIMIT, dataset_name, load_hf, max_tokens_for, read_jsonl, sample
 from targ_mlx.eval.record import DEFAULT_CONTEXT_TOKENS, DEFAULT_K, RecordSettings
 from targ_mlx.eval.run import DEFAULT_BATCH, DEFAULT_LATENCY_SAMPLE
+from targ_mlx.retrieval import RETRIEVERS
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +34,8 @@ def setup_arg_parser() -> argparse.ArgumentParser:
                    help="output names per dataset, in order (default: the dataset name or the data file's stem)")
     p.add_argument("--limit", type=int, default=DEFAULT_LIMIT, help=f"seeded sample size per dataset (default {DEFAULT_LIMIT}; 0 = all)")
     p.add_argument("--index", help="index folder (default: the offline default index)")
+    p.add_argument("--retriever", choices=RETRIEVERS,
+                   help="how the index is searched (default: hybrid where it has a BM25 part, else dense)")
     p.add_argument("--model", default=None, help="alias (smollm2-135m, default), .gguf path, MLX folder or mlx-lm repo id")
     p.add_argument("--output-dir", required=True, help="where records, tables and plots go (one subfolder per dataset when several)")
     p.add_argument("--prompt", choices=("paper", "short"), default="short", help="prompt style (default short: few-shot short answers)")
@@ -222,7 +225,8 @@ def _corpus_info(retriever) -> dict:
     from targ_mlx.eval.report import corpus_regime
 
     corpora = list(getattr(retriever, "manifest", {}).get("build", {}).get("corpora", [])) if retriever else []
-    return {"corpora": corpora, "corpus_regime": corpus_regime(corpora)} if corpora else {}
+    mode = getattr(retriever, "mode", "dense")  # a HybridRetriever says bm25 or hybrid
+    return {"corpora": corpora, "corpus_regime": corpus_regime(corpora), "retriever": mode} if corpora else {}
 
 
 def _corpus_info_from(cfg: dict) -> dict:
@@ -238,6 +242,16 @@ def _corpus_info_from(cfg: dict) -> dict:
     return {}
 
 
+def _resumed_retriever(root: Path, names: list[str]) -> str | None:
+    """The search mode of the run whose records are already there (dense for runs made before
+    BM25 existed), so that a resumed run adds records searched the same way; None for a new run."""
+    for out in [root] + [root / n for n in names]:
+        cfg = out / "config.json"
+        if cfg.is_file():
+            return json.loads(cfg.read_text()).get("retriever", "dense")
+    return None
+
+
 def run(args) -> int:
     sets = [(name, sample(items, args.limit or None, args.seed)) for name, items in _datasets(args)]
     root = Path(args.output_dir)
@@ -249,7 +263,8 @@ def run(args) -> int:
 
         folder = args.index or str(index.default_index_dir())
         args.index = folder
-        retriever = index.open_retriever(folder)
+        args.retriever = args.retriever or _resumed_retriever(root, [n for n, _ in sets])
+        retriever = index.open_indexes([folder], retriever=args.retriever)
         bb = load_backbone(args.model or DEFAULT_MODEL)
         if args.db:
             from targ_mlx.decision_log import DecisionLog

@@ -92,6 +92,11 @@ class QuestionRecord:
                       latency=Latency(draft=self.cost.get("draft", 0.0), total=self.cost.get("draft", 0.0)))
 
 
+def passage_row(p) -> list:
+    """A read passage as records keep it: [key, title, cosine], and its BM25 score when it has one."""
+    return [p.key, p.title, round(p.score, 4)] + ([round(p.bm25, 4)] if p.bm25 is not None else [])
+
+
 def sample_seed(seed: int, batch_no: int) -> int:
     """The variance samples' RNG seed for one batch: fixed per (run seed, batch), so a resumed run
     draws the same samples, and another run seed draws independent ones (eval.seeds)."""
@@ -103,7 +108,8 @@ def gate_scores(entropies: Sequence[float], gaps: Sequence[float], samples: Sequ
     """`{gate: {str(k): U}}` for every registered gate the signals allow, at every k: the runner's
     scoring (`gates.score_all`) over the draft, and over the packed passages ([key, title,
     similarity]) for a gate that looks at the search."""
-    evidence = None if passages is None else tuple(gates.Evidence(p[1], float(p[2])) for p in passages)
+    evidence = None if passages is None else tuple(
+        gates.Evidence(p[1], float(p[2]), float(p[3]) if len(p) > 3 else None) for p in passages)
     sig = gates.Signals(entropies, gaps, samples, evidence, model)
     out: dict = {g: {} for g in SCORED_GATES}
     for k in ks:
@@ -159,7 +165,7 @@ def _context_part(bb: Backbone, items: Sequence[QAItem], found: Sequence[Sequenc
     for it, p, toks, hits in zip(items, packed, always.tokens, found):
         a_ans, a_len = pipeline.answer_text(bb, toks, s.max_tokens)
         branches.append({"answer": a_ans, **score_all(a_ans, it.answers), "tok_out": a_len, "tok_ctx": p.tokens,
-                         "passages": [[x.key, x.title, round(x.score, 4)] for x in p.passages],
+                         "passages": [passage_row(x) for x in p.passages],
                          "hit": contains(" ".join(h.text for h in hits), it.answers)})
     return branches, p_rel
 

@@ -59,19 +59,26 @@ SELECTED_SOURCES = ("dpr_wiki18_via_searchr1_traces", "nq_open_gold_lost_in_the_
 
 
 def corpus_regime(corpora: Sequence[str]) -> str:
-    """'seeded' when an index holds the wiki_pool parts selected per evaluated question, else 'clean'."""
+    """'seeded' when an index holds the wiki_pool parts selected per evaluated question; else
+    'large' when it holds a general slice of Wikipedia (a dump's articles, not chosen for any
+    question: the enwiki/simplewiki files, a dump, wikimedia/wikipedia); else 'clean'."""
     for c in corpora:
         path, _, query = str(c).partition("?")
         if Path(path).name == "wiki_pool.jsonl":
             picked = query.partition("=")[2].split(",") if query else SELECTED_SOURCES
             if any(sp in picked for sp in SELECTED_SOURCES):
                 return "seeded"
+    if any(Path(str(c)).name.startswith(("enwiki", "simplewiki")) or str(c).startswith("hf:wikimedia/")
+           for c in corpora):
+        return "large"
     return "clean"
 
 
 REGIME_TEXT = {"seeded": "**seeded** — includes passages selected for the evaluated questions (an oracle-like "
                          "retrieval regime)",
-               "clean": "**clean** — no passages selected per evaluated question"}
+               "clean": "**clean** — no passages selected per evaluated question",
+               "large": "**large** — general slices of Wikipedia (whole articles, none selected per evaluated "
+                        "question) beside the Vital leads"}
 
 
 def _ci(ci) -> str:
@@ -113,7 +120,8 @@ def render(name: str, sig: Signals, a: an.Analysis, points, never: Point, always
     other = "em" if head == "acc" else "acc"
     lines = [f"# {name}: TARG evaluation", "",
              f"n = {sig.n} questions; model {cfg.get('model', '?')}; index `{cfg.get('index', '?')}`"
-             + (f" ({REGIME_TEXT[regime]})" if regime else "") + f"; prompt `{st.get('prompt_style', '?')}`; "
+             + (f" ({REGIME_TEXT[regime]})" if regime else "")
+             + (f", searched by {cfg['retriever']}" if cfg.get("retriever") else "") + f"; prompt `{st.get('prompt_style', '?')}`; "
              f"top-K {st.get('top_k', '?')}, L_ctx {st.get('context_tokens', '?')} tokens; max tokens "
              f"{st.get('max_tokens', '?')}; k = {k} in the tables; latency timed at batch 1 on {len(sig.lat_rows)} questions.",
              ""]

@@ -32,6 +32,7 @@ class Evidence:
 
     title: str
     similarity: float  # cosine of the query and passage vectors
+    bm25: float | None = None  # its BM25 score, when the index has a BM25 part
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""`python -m targ_mlx.index build|add|info|search`: build, update, inspect and query an on-disk index."""
+"""`python -m targ_mlx.index build|add|lexical|info|search`: build, update, inspect and query an on-disk index."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from targ_mlx.index.build import DEFAULT_COMMIT_EVERY
 from targ_mlx.index.distributed import DEFAULT_SHARD_SIZE
 from targ_mlx.index.encoder import BACKENDS, DEFAULT_BATCH_SIZE, DEFAULT_ENCODER
 from targ_mlx.index.progress import ProgressBar
+from targ_mlx.index.lexical import fix_command, lexical_summary
 from targ_mlx.index.store import DTYPES, HnswParams
+from targ_mlx.retrieval import RETRIEVERS
 
 DEFAULT_K = 5
 
@@ -42,6 +44,12 @@ def setup_arg_parser() -> argparse.ArgumentParser:
                    help=f"chunks per encode call and per resumable commit (default: {DEFAULT_COMMIT_EVERY})")
     b.add_argument("--reuse", nargs="+", default=[], metavar="DIR",
                    help="finished indexes (same encoder) to take vectors from for identical chunks")
+    b.add_argument("--bm25", action=argparse.BooleanOptionalAction, default=True,
+                   help="also build the BM25 part for lexical and hybrid search (default: yes)")
+    b.add_argument("--dense", action=argparse.BooleanOptionalAction, default=True,
+                   help="encode and store every passage's vector (default: yes); --no-dense builds a "
+                        "BM25-only index at reading speed (a million chunks in minutes, not hours) whose "
+                        "searches encode only the passages they return")
     b.add_argument("--quiet", action="store_true", help="no progress bar")
     r = b.add_argument_group("distributed build (pip install 'targ-mlx[distributed]')")
     r.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
@@ -65,6 +73,9 @@ def setup_arg_parser() -> argparse.ArgumentParser:
                    help=f"chunks per encode call and per resumable commit (default: {DEFAULT_COMMIT_EVERY})")
     a.add_argument("--quiet", action="store_true", help="no progress bar")
 
+    x = sub.add_parser("lexical", help="(re)build the BM25 part of a built index from its passages")
+    x.add_argument("dir", help="a built index folder")
+
     i = sub.add_parser("info", help="print an index's manifest summary")
     i.add_argument("dir")
     i.add_argument("--verify", action="store_true", help="check whole-file sha256 checksums")
@@ -76,6 +87,8 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     s.add_argument("-k", type=int, default=DEFAULT_K, help=f"passages to return (default: {DEFAULT_K})")
     s.add_argument("--json", action="store_true", help="print JSON lines instead of text")
     s.add_argument("--expansion-search", type=int, help="HNSW ef for this search (default: the index's)")
+    s.add_argument("--retriever", choices=RETRIEVERS,
+                   help="dense, bm25 or hybrid (default: hybrid where the index has a BM25 part, else dense)")
     return parser
 
 
@@ -89,7 +102,7 @@ def _build(args) -> None:
         args.corpus, args.out, encoder=args.encoder, dtype=args.dtype, limit=args.limit,
         connectivity=args.connectivity, expansion_add=args.expansion_add,
         expansion_search=args.expansion_search, batch_size=args.batch_size, commit_every=args.commit_every,
-        reuse=args.reuse, backend=args.backend,
+        reuse=args.reuse, backend=args.backend, bm25=args.bm25, dense=args.dense,
         progress=None if args.quiet else ProgressBar(),
     )
     _info(out, verify=False, as_json=False)
@@ -100,6 +113,10 @@ def _build_ray(args) -> None:
 
     if args.reuse:
         raise ValueError("--reuse is not supported with --ray; fix: drop one of them")
+    if not args.dense:
+        raise ValueError("--no-dense is not supported with --ray (it exists to encode in parallel); fix: drop --ray")
+    if not args.bm25:
+        raise ValueError("--no-bm25 is not supported with --ray (its BM25 part spans the shards); fix: drop one of them")
     if args.backend not in (None, "torch"):
         raise ValueError(f"--backend {args.backend} is not supported with --ray (its actors run torch); fix: drop one of them")
     out = build_index_ray(
@@ -134,20 +151,33 @@ def _info(path, verify: bool, as_json: bool) -> None:
     print(f"{'timing':12} {r.manifest['timing']}")
     for c in r.manifest.get("corpora") or []:  # a dropped file shows as a source with fewer passages
         print(f"{'source':12} {c['source']}: {c['passages']:,} passages from {c['articles']:,} articles/documents")
+    lex = lexical_summary(r.path)
+    print(f"{'bm25':12} " + (f"{lex['passages']:,} passages, {lex['vocabulary']:,} terms ({lex['build_s']} s)"
+                              if lex else f"none (hybrid search needs it: {fix_command(r.path)})"))
     for folder, bad in (r.manifest.get("build", {}).get("skipped") or {}).items():
         for rel, why in bad.items():
             print(f"{'skipped':12} {folder}/{rel}: {why}")
 
 
 def _search(args) -> None:
-    from targ_mlx.index.retriever import open_retriever
+    from targ_mlx.index.merged import open_indexes
 
-    r = open_retriever(args.dir, expansion_search=args.expansion_search)
+    r = open_indexes([args.dir], expansion_search=args.expansion_search, retriever=args.retriever)
     for p in r.search(args.query, args.k):
+        bm25 = None if p.bm25 is None else round(p.bm25, 3)
         if args.json:
-            print(json.dumps({"key": p.key, "score": round(p.score, 4), "title": p.title, "text": p.text}))
+            print(json.dumps({"key": p.key, "score": round(p.score, 4), "bm25": bm25, "title": p.title, "text": p.text}))
         else:
-            print(f"{p.score:.3f}  {p.format()[:300]}")
+            print(f"{p.score:.3f}" + ("" if bm25 is None else f" bm25 {bm25:6.2f}") + f"  {p.format()[:300]}")
+
+
+def _lexical(args) -> None:
+    from targ_mlx.index.lexical import add_lexical
+    from targ_mlx.index.store import read_manifest
+
+    read_manifest(args.dir)  # a finished index, or one line saying what is wrong
+    meta = add_lexical(args.dir)
+    print(f"{args.dir}: BM25 over {meta['passages']:,} passages, {meta['vocabulary']:,} terms in {meta['build_s']} s")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -155,6 +185,8 @@ def _run(args: argparse.Namespace) -> int:
         _build(args)
     elif args.command == "add":
         _add(args)
+    elif args.command == "lexical":
+        _lexical(args)
     elif args.command == "info":
         _info(args.dir, args.verify, args.json)
     else:

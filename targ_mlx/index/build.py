@@ -33,6 +33,7 @@ from targ_mlx.index.encoder import (
     load_encoder,
 )
 from targ_mlx.index.errors import IndexMismatchError
+from targ_mlx.index.lexical import add_lexical, build_lexical, has_lexical, lexical_dir, passage_rows
 from targ_mlx.index.reuse import VectorSource
 from targ_mlx.index.store import (
     BUILD_STATE,
@@ -91,7 +92,8 @@ def _corpus_spec(c) -> str:
     return str(Path(path).resolve()) + q + query if Path(path).exists() else str(c)
 
 
-def _build_spec(corpora, encoder, dtype, limit, params: ChunkParams, hnsw: HnswParams, backend: str) -> dict:
+def _build_spec(corpora, encoder, dtype, limit, params: ChunkParams, hnsw: HnswParams, backend: str,
+                dense: bool = True) -> dict:
     corpora = [_corpus_spec(c) for c in corpora]
     scans = {c: scan_report(Path(c)) for c in corpora if is_document_folder(Path(c))}
     documents = {c: files for c, (files, _) in scans.items()}
@@ -110,6 +112,8 @@ def _build_spec(corpora, encoder, dtype, limit, params: ChunkParams, hnsw: HnswP
         "chunking": {"size": params.size, "overlap": params.overlap, "min_size": params.min_size},
         "hnsw": {"connectivity": hnsw.connectivity, "expansion_add": hnsw.expansion_add,
                  "expansion_search": hnsw.expansion_search},
+        # BM25 only: no vectors stored; the encoder scores the few passages a search returns
+        **({} if dense else {"dense": False}),
     }
 
 
@@ -117,7 +121,7 @@ def _same_build(a: dict, b: dict) -> bool:
     """Equal build arguments, ignoring expansion_search (a serving setting, not part of the graph)."""
 
     def strip(spec: dict) -> dict:
-        return {**{k: v for k, v in spec.items() if k != "skipped"},
+        return {**{k: v for k, v in spec.items() if k not in ("skipped", "dense")}, "dense": spec.get("dense", True),
                 "corpora": [_corpus_spec(c) for c in spec["corpora"]], "backend": spec.get("backend", TORCH),
                 "hnsw": {k: v for k, v in spec["hnsw"].items() if k != "expansion_search"}}
 
@@ -188,6 +192,8 @@ def build_index(
     commit_every: int = DEFAULT_COMMIT_EVERY,
     reuse: Sequence[Path] = (),
     backend: str | None = None,
+    bm25: bool = True,
+    dense: bool = True,
 ) -> Path:
     """Build (or resume, or find already built) the index of `corpora` in folder `out`.
 
@@ -206,6 +212,11 @@ def build_index(
             instead of encoding them again.
         backend: encoder backend, "torch" or "onnx-int8"; None: that of the index or unfinished
             build already in `out`, else `encoder.default_backend` (torch).
+        bm25: also build the BM25 part (`lexical.py`) for lexical and hybrid search; an index
+            already built without it gains it in place.
+        dense: encode and store every passage's vector (the HNSW graph). False: a BM25-only
+            index, built at reading speed instead of encoding speed (a million chunks in minutes,
+            not hours); searches then encode only the passages they return, for their cosine.
 
     Returns:
         `out`, holding vectors.usearch, passages.db and manifest.json.
@@ -218,13 +229,17 @@ def build_index(
     hnsw = HnswParams(connectivity, expansion_add, expansion_search)
     name = canonical_name(encoder or DEFAULT_ENCODER)
     backend = backend or existing_backend(out) or default_backend(name)
-    spec = _build_spec(corpora, name, dtype, limit, chunking, hnsw, backend)
+    if not dense and not bm25:
+        raise ValueError("an index needs a dense or a BM25 part; fix: drop --no-dense or --no-bm25")
+    spec = _build_spec(corpora, name, dtype, limit, chunking, hnsw, backend, dense)
     if (out / MANIFEST).is_file():
         manifest = read_manifest(out)
         built = manifest["build"]
         if _same_build(built, spec):
             if built["hnsw"].get("expansion_search") != expansion_search:
                 _set_expansion_search(out, manifest, expansion_search)
+            if bm25 and not has_lexical(out):
+                add_lexical(out)  # built before BM25 parts existed: add one, the dense part unchanged
             logger.info("%s is already built", out)
             return out
         if "documents" in spec and _same_build({**built, "documents": spec["documents"]}, spec):
@@ -243,15 +258,16 @@ def build_index(
     db = _open_db(part)
     enc = load_encoder(name, backend=backend)
     enc.batch_size = batch_size
-    source = VectorSource(reuse, name, enc.dims, backend) if reuse else None
-    _encode_all(db, enc, spec, chunking, progress, commit_every, source)
-    index_s = _build_hnsw(db, part, enc.dims, dtype, hnsw)
-    _finish(db, part, out, spec, enc.describe(), started, index_s)
+    source = VectorSource(reuse, name, enc.dims, backend) if reuse and dense else None
+    _encode_all(db, enc if dense else None, spec, chunking, progress, commit_every, source)
+    index_s = _build_hnsw(db, part, enc.dims, dtype, hnsw) if dense else 0.0
+    _finish(db, part, out, spec, enc.describe(), started, index_s, bm25=bm25)
     return out
 
 
-def _encode_all(db, enc: Encoder, spec: dict, params: ChunkParams, progress: Progress | None,
+def _encode_all(db, enc: Encoder | None, spec: dict, params: ChunkParams, progress: Progress | None,
                 group_size: int, source: VectorSource | None = None) -> None:
+    """Chunk, encode (unless `enc` is None: a BM25-only index) and commit, a group at a time."""
     state = db["state"].get(1)
     total = state["total"]
     if "pending" not in db.table_names():
@@ -268,10 +284,10 @@ def _encode_all(db, enc: Encoder, spec: dict, params: ChunkParams, progress: Pro
     while group := list(itertools.islice(stream, group_size)):
         t0 = time.perf_counter()
         known = source.lookup(group) if source else {}
-        todo = [c for c in group if c.key not in known]
+        todo = [c for c in group if c.key not in known] if enc is not None else []
         if todo:
             known.update(zip((c.key for c in todo), enc.encode_passages([c.title for c in todo], [c.text for c in todo])))
-        vecs = [known[c.key] for c in group]
+        vecs = [known[c.key] for c in group] if enc is not None else []
         encode_s += time.perf_counter() - t0
         done += len(group)
         with db.conn:  # one transaction: the passages, their vectors and the resume point
@@ -348,22 +364,27 @@ def publish(part: Path, out: Path, manifest: dict) -> None:
 
 
 def _finish(db, part: Path, out: Path, spec: dict, encoder_info: dict, started: float,
-            index_s: float) -> None:
+            index_s: float, bm25: bool = True) -> None:
     state = db["state"].get(1)
     sources = db.execute(
         "SELECT source, count(*), count(DISTINCT article) FROM passages GROUP BY source ORDER BY source"
     ).fetchall()
     passages = sum(r[1] for r in sources)
+    dense = spec.get("dense", True)
+    if not dense and "pending" in db.table_names():
+        db["pending"].drop()  # a BM25-only index stores no vectors
     db.execute("PRAGMA journal_mode=DELETE")  # fold the WAL back: the index is one read-only file
     db.vacuum()
     db.close()
+    if bm25:  # from the final passages, so a build and an `add` both leave it in step; redone on resume
+        build_lexical(passage_rows([part / PASSAGES]), lexical_dir(part))
     manifest = manifest_for(
         spec, encoder_info,
         corpora=[{"source": s, "passages": n, "articles": a} for s, n, a in sources],
         counts={"passages": passages, "articles": sum(r[2] for r in sources), "chunks_read": state["consumed"]},
         timing={"encode_s": round(state["encode_s"], 2), "index_s": round(index_s, 2),
                 "wall_s_last_run": round(time.time() - started, 2)},
-        files=describe_files(part),
+        files=describe_files(part, (VECTORS, PASSAGES) if dense else (PASSAGES,)),
     )
     publish(part, out, manifest)
     logger.info("built %s: %d passages", out, passages)

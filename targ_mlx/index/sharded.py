@@ -69,6 +69,16 @@ class ShardedRetriever(QueryEncoding):
             for row in picks
         ]
 
+    def vectors(self, keys: Sequence[int]) -> np.ndarray:
+        """The stored vectors of chunk keys, each from the shard that holds it (float32 (n, dims))."""
+        out = np.zeros((len(keys), self.manifest["encoder"]["dims"]), dtype=np.float32)
+        for shard in self.shards:
+            rows = shard.passages(keys)  # which keys this shard holds
+            idx = [i for i, k in enumerate(keys) if k in rows]
+            if idx:
+                out[idx] = shard.vectors([keys[i] for i in idx])
+        return out
+
     def passages(self, keys: Sequence[int]) -> dict[int, tuple[str, str]]:
         """key -> (title, text), looked up in every shard."""
         out: dict[int, tuple[str, str]] = {}

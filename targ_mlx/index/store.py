@@ -48,6 +48,8 @@ def rebuild_command(build: dict, out: Path) -> str:
     parts += ["--encoder", build["encoder"], "--backend", build.get("backend", "torch"), "--dtype", build["dtype"]]
     if build.get("limit"):
         parts += ["--limit", str(build["limit"])]
+    if build.get("dense") is False:
+        parts += ["--no-dense"]
     if build.get("shard_size"):
         parts += ["--ray", "--shard-size", str(build["shard_size"])]
     return shlex.join(parts)
@@ -73,14 +75,14 @@ def full_checksum(path: Path) -> str:
     return h.hexdigest()
 
 
-def describe_files(folder: Path) -> dict:
+def describe_files(folder: Path, names: tuple[str, ...] = (VECTORS, PASSAGES)) -> dict:
     return {
         name: {
             "bytes": (folder / name).stat().st_size,
             "sha256": full_checksum(folder / name),
             "sample_sha256": sample_checksum(folder / name),
         }
-        for name in (VECTORS, PASSAGES)
+        for name in names
     }
 
 

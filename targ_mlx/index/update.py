@@ -28,6 +28,7 @@ from targ_mlx.index.chunking import ChunkParams
 from targ_mlx.index.documents import is_document_folder, scan
 from targ_mlx.index.encoder import DEFAULT_BATCH_SIZE, backend_of, load_encoder
 from targ_mlx.index.errors import CorpusError, IndexMismatchError
+from targ_mlx.index.lexical import has_lexical
 from targ_mlx.index.store import (
     BUILD_STATE,
     MANIFEST,
@@ -174,6 +175,9 @@ def add_documents(
     manifest = read_manifest(out)
     if "shards" in manifest:
         raise IndexMismatchError(f"{out} is a sharded (--ray) index; fix: add documents to a single-process index")
+    if manifest["build"].get("dense", True) is False:
+        raise IndexMismatchError(f"{out} is a BM25-only index (--no-dense); fix: build your documents into an index "
+                                 "of their own and search both (--index twice)")
     folders = [_corpus_spec(c) for c in corpora]
     for f in folders:
         if not is_document_folder(Path(f)):
@@ -204,6 +208,6 @@ def add_documents(
         db.close()  # an interrupted add (Ctrl-C) leaves no connection that would lock the resume
         raise
     spec = {k: v for k, v in state.items() if k != "update"}
-    _finish(db, part, out, spec, enc.describe(), started, index_s)
+    _finish(db, part, out, spec, enc.describe(), started, index_s, bm25=has_lexical(out))
     logger.info("updated %s: %s", out, plan.summary())
     return plan

@@ -78,7 +78,7 @@ def build(args: argparse.Namespace):
     bb = load_backbone(cfg.model)
     log = DecisionLog(cfg.db)
     # the log's schema knows the sources chat, eval, ask: a served answer is an ask, its session says serve
-    assistant = Assistant(bb, open_index(index_folders(args.index, cfg.index)), settings, log=log, source="ask",
+    assistant = Assistant(bb, open_index(index_folders(args.index, cfg.index), args.retriever), settings, log=log, source="ask",
                           session="serve-" + uuid.uuid4().hex[:8])
     return make_app(assistant, bb.model_id, args.api_key, args.queue), bb.model_id
 

@@ -13,6 +13,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 
+from targ_mlx.defaults import BIGGER_INDEX_HINT
 from targ_mlx.records import Answer, PassageRef
 from targ_mlx.gates import SCORED_GATES
 
@@ -53,7 +54,7 @@ class DecisionInfo:
     @classmethod
     def from_row(cls, row: dict) -> DecisionInfo:
         """From `DecisionLog.get(id)`; passages carry no text (the log keeps key, title, score)."""
-        passages = tuple(PassageRef(p["key"], p["title"], p["score"]) for p in row.get("passages") or [])
+        passages = tuple(PassageRef(p["key"], p["title"], p["score"], bm25=p.get("bm25")) for p in row.get("passages") or [])
         f = lambda name: row.get(name) or 0.0  # noqa: E731
         extra = row.get("extra") or {}
         searched = extra.get("search_query") or ""
@@ -65,7 +66,8 @@ class DecisionInfo:
                         context=row.get("tok_context") or 0, output=row.get("tok_output") or 0),
                    row.get("finish_reason") or "", searched if searched != row["query"] else "",
                    extra.get("history_turns") or 0, extra.get("note", ""), extra.get("reason", ""),
-                   bool(extra.get("no_source")), tuple(PassageRef(k, title, sim) for k, title, sim in extra.get("found") or []))
+                   bool(extra.get("no_source")), tuple(PassageRef(k, title, sim, bm25=rest[0] if rest else None)
+                         for k, title, sim, *rest in extra.get("found") or []))
 
 
 def gauge(u: float | None, tau: float | None, width: int = 24) -> Text:
@@ -117,6 +119,7 @@ class DecisionPanel(Static):
             t.add_row("why", Text(d.reason))
         if d.no_source:
             t.add_row("", Text("no good source found: answered from memory, unsure", style="bold yellow"))
+            t.add_row("", Text(BIGGER_INDEX_HINT, style="dim"))
         if d.found and not d.retrieved:
             t.add_row("found", Text("; ".join(f"{p.title} {p.score:.2f}" for p in d.found[:3]), style="dim"))
         if d.searched:
