@@ -68,31 +68,40 @@ class HybridRetriever:
         vecs = [np.atleast_2d(dense.encoder.encode_queries(queries)).astype(np.float32) for dense, _ in self.parts]
         dense = ([dense.search_vectors(v, depth) for (dense, _), v in zip(self.parts, vecs)]
                  if self.mode == HYBRID else [[[] for _ in queries] for _ in self.parts])
-        return [self._one(q, [v[i] for v in vecs], [d[i] for d in dense], k, depth)
-                for i, q in enumerate(queries)]
+        ranked = [self._rank(q, [d[i] for d in dense], k, depth) for i, q in enumerate(queries)]
+        self._complete(ranked, vecs)
+        return [[replace(p, bm25=bm25[p.key]) for p in found if not np.isnan(p.score)] for found, bm25, _ in ranked]
 
-    def _one(self, query: str, vecs: list[np.ndarray], dense: list[list[Passage]], k: int, depth: int) -> list[Passage]:
+    def _rank(self, query: str, dense: list[list[Passage]], k: int, depth: int):
+        """(top k, each key's BM25, the folder of each BM25-only hit) for one query; a hit only BM25
+        found is a bare key (no text, cosine NaN) until `_complete` fills it in."""
         by_cosine = sorted((p for rows in dense for p in rows), key=lambda p: -p.score)[:depth]
         scores = [lex.scores(query) for _, lex in self.parts]  # every passage's BM25, per folder
         hits = sorted(self._bm25_hits(scores, depth if self.mode == HYBRID else k), key=lambda h: -h.bm25)[:depth]
-        bm25 = {h.key: h.bm25 for h in hits}
         have = {p.key: p for p in by_cosine}
-        # a BM25 hit the dense ranking lacks is a bare key until it wins a place in the top k
         lexical = [have.get(h.key) or Passage(h.key, "", "", float("nan")) for h in hits]
-        ranked = fuse([by_cosine, lexical], k) if self.mode == HYBRID else lexical[:k]
-        owner = {h.key: h.part for h in hits}
-        for part, (retriever, _) in enumerate(self.parts):
-            missing = [p.key for p in ranked if p.key not in have and owner.get(p.key) == part]
-            if missing:  # its text, and its cosine from the stored vector (or encoded now: BM25-only index)
-                texts = retriever.passages(missing)
-                found = [key for key in missing if key in texts]
-                cos = retriever.vectors(found) @ vecs[part] if found else []
-                have.update({key: Passage(key, *texts[key], score=float(c)) for key, c in zip(found, cos)})
-        ranked = [have[p.key] for p in ranked if p.key in have]
-        for p in ranked:  # a passage the dense ranking found and BM25 ranked below its top: its score too
+        top = fuse([by_cosine, lexical], k) if self.mode == HYBRID else lexical[:k]
+        bm25 = {h.key: h.bm25 for h in hits}
+        for p in top:  # found by the dense ranking, below BM25's top: its BM25 score too
             if p.key not in bm25:
                 bm25[p.key] = max(lex.scores_of(s, [p.key])[0] for (_, lex), s in zip(self.parts, scores))
-        return [replace(p, bm25=bm25[p.key]) for p in ranked]
+        return top, bm25, {h.key: h.part for h in hits}
+
+    def _complete(self, ranked, vecs: list[np.ndarray]) -> None:
+        """Text and cosine for every BM25-only hit that made a top k, one lookup (or one encoder
+        call, in a BM25-only index) per folder for the whole batch."""
+        for part, (retriever, _) in enumerate(self.parts):
+            want = [(i, j, p.key) for i, (top, _, owner) in enumerate(ranked) for j, p in enumerate(top)
+                    if np.isnan(p.score) and owner.get(p.key) == part]
+            if not want:
+                continue
+            keys = list(dict.fromkeys(key for _, _, key in want))
+            texts = retriever.passages(keys)
+            keys = [key for key in keys if key in texts]
+            rows = dict(zip(keys, retriever.vectors(keys))) if keys else {}
+            for i, j, key in want:
+                if key in rows:
+                    ranked[i][0][j] = Passage(key, *texts[key], score=float(rows[key] @ vecs[part][i]))
 
     def _bm25_hits(self, scores: list[np.ndarray], depth: int) -> list[_Hit]:
         """The `depth` best BM25 passages of each folder."""
