@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import sys
+from pathlib import Path
 
 from targ_mlx.errors import run_cli
 from targ_mlx.index.build import DEFAULT_COMMIT_EVERY
 from targ_mlx.index.distributed import DEFAULT_SHARD_SIZE
 from targ_mlx.index.encoder import BACKENDS, DEFAULT_BATCH_SIZE, DEFAULT_ENCODER
 from targ_mlx.index.progress import ProgressBar
-from targ_mlx.index.store import DTYPES, HnswParams
+from targ_mlx.index.store import DTYPES, HnswParams, read_manifest
 
 DEFAULT_K = 5
+_WRITE_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EFBIG, errno.EDQUOT}  # the disk said no
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
@@ -43,6 +46,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     b.add_argument("--reuse", nargs="+", default=[], metavar="DIR",
                    help="finished indexes (same encoder) to take vectors from for identical chunks")
     b.add_argument("--quiet", action="store_true", help="no progress bar")
+    _writer_flags(b)
     r = b.add_argument_group("distributed build (pip install 'targ-mlx[distributed]')")
     r.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
                    help="build on Ray as a sharded index: alone, on a local Ray started for the build; "
@@ -64,6 +68,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     a.add_argument("--commit-every", type=int, default=DEFAULT_COMMIT_EVERY,
                    help=f"chunks per encode call and per resumable commit (default: {DEFAULT_COMMIT_EVERY})")
     a.add_argument("--quiet", action="store_true", help="no progress bar")
+    _writer_flags(a)
 
     i = sub.add_parser("info", help="print an index's manifest summary")
     i.add_argument("dir")
@@ -79,6 +84,13 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _writer_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--strict", action="store_true",
+                   help="a document that cannot be read (corrupt PDF, not UTF-8) is an error, not a skip")
+    p.add_argument("--wait", action="store_true",
+                   help="if another build or add is writing this index, wait for it instead of stopping")
+
+
 def _build(args) -> None:
     from targ_mlx.index.build import build_index
 
@@ -89,7 +101,7 @@ def _build(args) -> None:
         args.corpus, args.out, encoder=args.encoder, dtype=args.dtype, limit=args.limit,
         connectivity=args.connectivity, expansion_add=args.expansion_add,
         expansion_search=args.expansion_search, batch_size=args.batch_size, commit_every=args.commit_every,
-        reuse=args.reuse, backend=args.backend,
+        reuse=args.reuse, backend=args.backend, strict=args.strict, wait=args.wait,
         progress=None if args.quiet else ProgressBar(),
     )
     _info(out, verify=False, as_json=False)
@@ -98,8 +110,8 @@ def _build(args) -> None:
 def _build_ray(args) -> None:
     from targ_mlx.index.distributed import build_index_ray
 
-    if args.reuse:
-        raise ValueError("--reuse is not supported with --ray; fix: drop one of them")
+    if args.reuse or args.strict:
+        raise ValueError("--reuse and --strict are not supported with --ray; fix: drop them")
     if args.backend not in (None, "torch"):
         raise ValueError(f"--backend {args.backend} is not supported with --ray (its actors run torch); fix: drop one of them")
     out = build_index_ray(
@@ -107,7 +119,7 @@ def _build_ray(args) -> None:
         workers=args.workers, cpus_per_worker=args.cpus_per_worker, gpus_per_worker=args.gpus_per_worker,
         encoder=args.encoder, dtype=args.dtype, limit=args.limit, connectivity=args.connectivity,
         expansion_add=args.expansion_add, expansion_search=args.expansion_search, batch_size=args.batch_size,
-        commit_every=args.commit_every, progress=None if args.quiet else ProgressBar(),
+        commit_every=args.commit_every, progress=None if args.quiet else ProgressBar(), wait=args.wait,
     )
     _info(out, verify=False, as_json=False)
 
@@ -116,8 +128,10 @@ def _add(args) -> None:
     from targ_mlx.index.update import add_documents
 
     plan = add_documents(args.dir, args.corpus, progress=None if args.quiet else ProgressBar(),
-                         batch_size=args.batch_size, commit_every=args.commit_every)
+                         batch_size=args.batch_size, commit_every=args.commit_every, strict=args.strict,
+                         wait=args.wait)
     print(f"{args.dir}: {plan.summary() if not plan.empty else 'up to date'}")
+    _print_skipped(read_manifest(args.dir), [str(Path(c).resolve()) for c in args.corpus])
 
 
 def _info(path, verify: bool, as_json: bool) -> None:
@@ -134,9 +148,15 @@ def _info(path, verify: bool, as_json: bool) -> None:
     print(f"{'timing':12} {r.manifest['timing']}")
     for c in r.manifest.get("corpora") or []:  # a dropped file shows as a source with fewer passages
         print(f"{'source':12} {c['source']}: {c['passages']:,} passages from {c['articles']:,} articles/documents")
-    for folder, bad in (r.manifest.get("build", {}).get("skipped") or {}).items():
-        for rel, why in bad.items():
-            print(f"{'skipped':12} {folder}/{rel}: {why}")
+    _print_skipped(r.manifest)
+
+
+def _print_skipped(manifest: dict, folders: list[str] | None = None) -> None:
+    """One line per file left out as unreadable (`folders`: only those of these folders)."""
+    for folder, bad in (manifest.get("build", {}).get("skipped") or {}).items():
+        if folders is None or folder in folders:
+            for rel, why in bad.items():
+                print(f"{'skipped':12} {folder}/{rel}: {why}")
 
 
 def _search(args) -> None:
@@ -151,6 +171,23 @@ def _search(args) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    import sqlite3
+
+    try:
+        return _dispatch(args)
+    except (OSError, sqlite3.OperationalError) as e:  # a read-only folder, a full disk: one line
+        from targ_mlx.index.errors import IndexWriteError
+
+        if isinstance(e, OSError) and e.errno not in _WRITE_ERRNOS:
+            raise
+        where = getattr(e, "filename", None) or getattr(args, "out", None) or args.dir
+        raise IndexWriteError(
+            f"cannot write {where} ({getattr(e, 'strerror', None) or e}); fix: free disk space or make "
+            "the folder writable, then rerun the same command to resume"
+        ) from None
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "build":
         _build(args)
     elif args.command == "add":

@@ -32,7 +32,9 @@ from targ_mlx.index.encoder import (
     default_backend,
     load_encoder,
 )
-from targ_mlx.index.errors import IndexMismatchError
+from targ_mlx.index.errors import CorpusError, IndexMismatchError
+from targ_mlx.index.lock import writes_index
+from targ_mlx.index.resume import check_strict, discard_previous, previous_partial, reusable_partial, set_aside
 from targ_mlx.index.reuse import VectorSource
 from targ_mlx.index.store import (
     BUILD_STATE,
@@ -143,6 +145,8 @@ def existing_backend(out: Path) -> str | None:
 def _open_partial(out: Path, spec: dict) -> Path:
     part = partial_dir(out)
     state = part / BUILD_STATE
+    if state.is_file() and reusable_partial(json.loads(state.read_text()), spec, _same_build):
+        set_aside(part)  # documents changed between attempts: start afresh, reusing its vectors
     if state.is_file():
         if not _same_build(json.loads(state.read_text()), spec):
             raise IndexMismatchError(
@@ -173,6 +177,7 @@ def _open_db(part: Path) -> sqlite_utils.Database:
     return db
 
 
+@writes_index
 def build_index(
     corpora: list[str],
     out: Path,
@@ -188,6 +193,7 @@ def build_index(
     commit_every: int = DEFAULT_COMMIT_EVERY,
     reuse: Sequence[Path] = (),
     backend: str | None = None,
+    strict: bool = False,
 ) -> Path:
     """Build (or resume, or find already built) the index of `corpora` in folder `out`.
 
@@ -206,6 +212,9 @@ def build_index(
             instead of encoding them again.
         backend: encoder backend, "torch" or "onnx-int8"; None: that of the index or unfinished
             build already in `out`, else `encoder.default_backend` (torch).
+        strict: a file of a documents folder that cannot be read is an error, not a skip.
+        wait: (keyword, from `writes_index`) wait for another writer of `out` instead of raising
+            IndexLockedError.
 
     Returns:
         `out`, holding vectors.usearch, passages.db and manifest.json.
@@ -219,6 +228,7 @@ def build_index(
     name = canonical_name(encoder or DEFAULT_ENCODER)
     backend = backend or existing_backend(out) or default_backend(name)
     spec = _build_spec(corpora, name, dtype, limit, chunking, hnsw, backend)
+    check_strict(spec, strict)
     if (out / MANIFEST).is_file():
         manifest = read_manifest(out)
         built = manifest["build"]
@@ -243,8 +253,10 @@ def build_index(
     db = _open_db(part)
     enc = load_encoder(name, backend=backend)
     enc.batch_size = batch_size
+    reuse = [*reuse, *previous_partial(out)]
     source = VectorSource(reuse, name, enc.dims, backend) if reuse else None
     _encode_all(db, enc, spec, chunking, progress, commit_every, source)
+    _check_not_empty(db, part, spec)
     index_s = _build_hnsw(db, part, enc.dims, dtype, hnsw)
     _finish(db, part, out, spec, enc.describe(), started, index_s)
     return out
@@ -288,6 +300,19 @@ def _encode_all(db, enc: Encoder, spec: dict, params: ChunkParams, progress: Pro
             db.conn.execute("UPDATE state SET consumed = ?, encode_s = ? WHERE id = 1", (done, encode_s))
         if progress:
             progress(done, max(total, done) if total else 0)
+
+
+def _check_not_empty(db, part: Path, spec: dict) -> None:
+    """No passages at all: say so and publish nothing (an empty index would answer nothing)."""
+    if db.execute("SELECT 1 FROM passages LIMIT 1").fetchone():
+        return
+    db.close()
+    shutil.rmtree(part)  # nothing in it worth resuming
+    skipped = sum(len(bad) for bad in spec.get("skipped", {}).values())
+    raise CorpusError(
+        f"{' '.join(spec['corpora'])} yielded no passages ({skipped} file(s) skipped as unreadable); "
+        "fix: check the corpus path and that its files hold text"
+    )
 
 
 def _build_hnsw(db, part: Path, dims: int, dtype: str, hnsw: HnswParams) -> float:
@@ -345,6 +370,7 @@ def publish(part: Path, out: Path, manifest: dict) -> None:
     (out / BUILD_STATE).unlink(missing_ok=True)  # shards of a Ray build have none
     if old.exists():
         shutil.rmtree(old)
+    discard_previous(out)  # a set-aside partial lent its vectors (resume.py); no longer needed
 
 
 def _finish(db, part: Path, out: Path, spec: dict, encoder_info: dict, started: float,

@@ -47,6 +47,7 @@ from targ_mlx.index.build import (
 from targ_mlx.index.chunking import ChunkParams
 from targ_mlx.index.corpus import read_corpus
 from targ_mlx.index.encoder import DEFAULT_BATCH_SIZE, DEFAULT_ENCODER, TORCH, canonical_name, load_encoder
+from targ_mlx.index.lock import writes_index
 from targ_mlx.index.errors import IndexError_, IndexMismatchError
 from targ_mlx.index.store import (
     DTYPES,
@@ -226,6 +227,7 @@ def _runs(shards: np.ndarray) -> Iterator[tuple[str, slice]]:
             start = i
 
 
+@writes_index
 def build_index_ray(
     corpora: list[str],
     out: Path,

@@ -25,9 +25,12 @@ import numpy as np
 
 from targ_mlx.index.build import DEFAULT_COMMIT_EVERY, _corpus_spec, _encode_all, _finish, _open_db
 from targ_mlx.index.chunking import ChunkParams
-from targ_mlx.index.documents import is_document_folder, scan
+from targ_mlx.index.documents import is_document_folder, scan_report
 from targ_mlx.index.encoder import DEFAULT_BATCH_SIZE, backend_of, load_encoder
 from targ_mlx.index.errors import CorpusError, IndexMismatchError
+from targ_mlx.index.lock import writes_index
+from targ_mlx.index.resume import check_strict, previous_partial, set_aside
+from targ_mlx.index.reuse import VectorSource
 from targ_mlx.index.store import (
     BUILD_STATE,
     MANIFEST,
@@ -62,13 +65,17 @@ class UpdatePlan:
 def plan_update(built: dict, folders: list[str]) -> tuple[UpdatePlan, dict]:
     """Compare the folders on disk with the files the index holds; return the plan and new spec."""
     old = built.get("documents", {})
-    now = {f: scan(Path(f)) for f in folders}
+    scans = {f: scan_report(Path(f)) for f in folders}
+    now = {f: files for f, (files, _) in scans.items()}
+    skipped = {**built.get("skipped", {}), **{f: bad for f, (_, bad) in scans.items()}}
     plan = UpdatePlan(
         changed={f: {r: s for r, s in files.items() if old.get(f, {}).get(r) != s} for f, files in now.items()},
         removed={f: [r for r in old.get(f, {}) if r not in now[f]] for f in folders},
     )
     spec = {**built, "corpora": built["corpora"] + [f for f in folders if f not in built["corpora"]],
-            "documents": {**old, **now}}
+            "documents": {**old, **now}, "skipped": {f: bad for f, bad in skipped.items() if bad}}
+    if not spec["skipped"]:
+        del spec["skipped"]
     return plan, spec
 
 
@@ -105,8 +112,23 @@ def _resume(out: Path, manifest: dict, folders: list[str]) -> dict | None:
             f"{partial_dir(out)} holds another unfinished build or add; fix: rerun that command "
             f"or delete {partial_dir(out)}"
         )
+    if _files_moved_on(upd):
+        set_aside(partial_dir(out))  # files changed again: plan afresh, reusing what was encoded
+        return None
     logger.info("resuming the add in %s", partial_dir(out))
     return state
+
+
+def _files_moved_on(upd: dict) -> bool:
+    """True when a file the unfinished add meant to read no longer has the bytes it planned for."""
+    from targ_mlx.index.documents import digest
+
+    for folder, files in upd["changed"].items():
+        for rel, sha in files.items():
+            path = Path(folder, rel)
+            if not path.is_file() or digest(path) != sha:
+                return True
+    return False
 
 
 def _delete_stale(out: Path, part: Path, db, state: dict) -> None:
@@ -151,12 +173,14 @@ def _edit_graph(db, part: Path) -> float:
     return time.perf_counter() - t0
 
 
+@writes_index
 def add_documents(
     out: Path,
     corpora: list[str],
     progress: Callable[[int, int], None] | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
     commit_every: int = DEFAULT_COMMIT_EVERY,
+    strict: bool = False,
 ) -> UpdatePlan:
     """Add or update the documents of `corpora` (folders) in the index `out`; resume if interrupted.
 
@@ -164,7 +188,7 @@ def add_documents(
         out: a finished index folder (of documents, Wikipedia, or both).
         corpora: documents folders; files of other folders in the index are left alone.
         progress: called as progress(chunks_done, chunks_total) while encoding.
-        batch_size, commit_every: as for `build_index`.
+        batch_size, commit_every, strict, wait: as for `build_index`.
 
     Returns:
         The plan carried out (empty when the index was already up to date).
@@ -182,6 +206,7 @@ def add_documents(
     state = _resume(out, manifest, folders)
     if state is None:
         plan, spec = plan_update(manifest["build"], folders)
+        check_strict({"skipped": {f: bad for f, bad in spec.get("skipped", {}).items() if f in folders}}, strict)
         if plan.empty:
             logger.info("%s is up to date", out)
             return plan
@@ -198,7 +223,9 @@ def add_documents(
         enc.batch_size = batch_size
         params = ChunkParams(**manifest["chunking"])
         reading = {"corpora": [f for f in folders if plan.changed.get(f)], "limit": None, "documents": plan.changed}
-        _encode_all(db, enc, reading, params, progress, commit_every)
+        prev = previous_partial(out)
+        source = VectorSource(prev, enc.name, enc.dims, enc.backend) if prev else None
+        _encode_all(db, enc, reading, params, progress, commit_every, source)
         index_s = _edit_graph(db, part)
     except BaseException:
         db.close()  # an interrupted add (Ctrl-C) leaves no connection that would lock the resume
