@@ -48,6 +48,7 @@ from targ_mlx.index.store import (
     describe_files,
     partial_dir,
     read_manifest,
+    save_graph,
     rebuild_command,
     write_json_atomic,
 )
@@ -340,9 +341,7 @@ def _build_hnsw(db, part: Path, dims: int, dtype: str, hnsw: HnswParams) -> floa
         vecs = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), dims)
         index.add(keys, vecs, threads=threads)
         last = rows[-1][0]
-    tmp = part / (VECTORS + ".tmp")
-    index.save(str(tmp))
-    os.replace(tmp, part / VECTORS)
+    save_graph(index, part / VECTORS)
     db["pending"].drop()
     return time.perf_counter() - t0
 

@@ -78,11 +78,20 @@ def unfinished(out: Path) -> dict | None:
     return None if "update" in spec else spec
 
 
+def _recover_swap(out: Path) -> None:
+    """An `add` killed between its two renames left DIR.old and DIR.partial: finish the swap."""
+    from targ_mlx.index.lock import index_lock
+    from targ_mlx.index.update import _recover_swap as recover
+
+    with index_lock(out, wait=True):
+        recover(out)
+
+
 def resume_unfinished(out: Path, progress: Progress | None = None) -> Path:
     """Finish the build left in DIR.partial, if any, waiting for a writer that holds DIR.
 
     A finished index, or one being updated by an unfinished `add` (DIR still served), is
-    returned as it is.
+    returned as it is; an `add` killed half-way through publishing is published.
 
     Raises:
         IndexError_: the partial is a Ray build (resumed only on Ray: the command is named).
@@ -91,6 +100,8 @@ def resume_unfinished(out: Path, progress: Progress | None = None) -> Path:
     from targ_mlx.index.chunking import ChunkParams
 
     out = Path(out)
+    if not (out / MANIFEST).is_file() and out.with_name(out.name + ".old").is_dir():
+        _recover_swap(out)
     spec = unfinished(out)
     if spec is None or (out / MANIFEST).is_file():
         return out

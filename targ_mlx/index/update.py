@@ -39,6 +39,7 @@ from targ_mlx.index.store import (
     manifest_id,
     partial_dir,
     read_manifest,
+    save_graph,
     write_json_atomic,
 )
 
@@ -164,9 +165,7 @@ def _edit_graph(db, part: Path) -> float:
         keys = np.fromiter((r[0] for r in rows), dtype=np.uint64, count=len(rows))
         vecs = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), index.ndim)
         index.add(keys, vecs, threads=1)  # one thread: the exact graph (see build._build_hnsw)
-    tmp = part / (VECTORS + ".tmp")
-    index.save(str(tmp))
-    os.replace(tmp, part / VECTORS)
+    save_graph(index, part / VECTORS)
     with db.conn:
         db.conn.execute("DROP TABLE pending")
         db.conn.execute("DROP TABLE stale")
