@@ -112,3 +112,34 @@ def test_second_corpus_reuses_the_corpus_free_fields(tmp_path, small_index_dir, 
     assert main([*common, "--output-dir", str(tmp_path / "c"), "--reuse-records", str(a), "--max-tokens", "7"]) == 2
     err = capsys.readouterr().err
     assert "max_tokens" in err and "fix" in err
+
+
+@pytest.mark.slow
+def test_eval_resumes_an_interrupted_default_index_build(tmp_path, monkeypatch, notes_folder):
+    """The default index's build was stopped part-way (its DIR.partial holds the resume point):
+    the eval finishes that build and runs, instead of asking for a command the user never ran."""
+    from targ_mlx.index import build_index
+    from targ_mlx.index.store import partial_dir
+
+    folder, rows = notes_folder
+    default = tmp_path / "default-index"
+    monkeypatch.setenv("TARG_MLX_INDEX", str(default))
+
+    class Stop(Exception):
+        pass
+
+    def stop_after_first_commit(done, total):
+        if done:
+            raise Stop
+
+    with pytest.raises(Stop):
+        build_index([str(folder)], default, progress=stop_after_first_commit, commit_every=1)
+    assert partial_dir(default).is_dir() and not default.exists()
+    data = tmp_path / "qa.jsonl"
+    data.write_text("".join(json.dumps({"id": f"q{i}", "question": r["question"], "answers": r["answers"]}) + "\n"
+                            for i, r in enumerate(rows[:2])), encoding="utf-8")
+    out = tmp_path / "out"
+    assert main(["--data-file", str(data), "--output-dir", str(out), "--limit", "2", "--no-baselines", *TINY]) == 0
+    assert (default / "manifest.json").is_file() and not partial_dir(default).exists()
+    assert json.loads((out / "config.json").read_text())["index"] == str(default)
+    assert len((out / "records.jsonl").read_text().splitlines()) == 2

@@ -6,14 +6,13 @@ import argparse
 import errno
 import json
 import sys
-from pathlib import Path
 
 from targ_mlx.errors import run_cli
 from targ_mlx.index.build import DEFAULT_COMMIT_EVERY
 from targ_mlx.index.distributed import DEFAULT_SHARD_SIZE
 from targ_mlx.index.encoder import BACKENDS, DEFAULT_BATCH_SIZE, DEFAULT_ENCODER
 from targ_mlx.index.progress import ProgressBar
-from targ_mlx.index.store import DTYPES, HnswParams, read_manifest
+from targ_mlx.index.store import DTYPES, HnswParams
 
 DEFAULT_K = 5
 _WRITE_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EFBIG, errno.EDQUOT}  # the disk said no
@@ -131,7 +130,7 @@ def _add(args) -> None:
                          batch_size=args.batch_size, commit_every=args.commit_every, strict=args.strict,
                          wait=args.wait)
     print(f"{args.dir}: {plan.summary() if not plan.empty else 'up to date'}")
-    _print_skipped(read_manifest(args.dir), [str(Path(c).resolve()) for c in args.corpus])
+    _print_skipped({"build": {"skipped": plan.skipped}})
 
 
 def _info(path, verify: bool, as_json: bool) -> None:
@@ -151,12 +150,11 @@ def _info(path, verify: bool, as_json: bool) -> None:
     _print_skipped(r.manifest)
 
 
-def _print_skipped(manifest: dict, folders: list[str] | None = None) -> None:
-    """One line per file left out as unreadable (`folders`: only those of these folders)."""
+def _print_skipped(manifest: dict) -> None:
+    """One line per file of a documents folder left out as unreadable."""
     for folder, bad in (manifest.get("build", {}).get("skipped") or {}).items():
-        if folders is None or folder in folders:
-            for rel, why in bad.items():
-                print(f"{'skipped':12} {folder}/{rel}: {why}")
+        for rel, why in bad.items():
+            print(f"{'skipped':12} {folder}/{rel}: {why}")
 
 
 def _search(args) -> None:

@@ -8,6 +8,7 @@ stored vectors at the end, then DIR.partial is renamed to DIR: a half-built inde
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import logging
@@ -263,6 +264,22 @@ def build_index(
     return out
 
 
+def _closes_db_on_error(fn):
+    """A step that stops (Ctrl-C, a full disk) closes the partial's connection: one left open by a
+    traceback kept in memory would lock the next in-process attempt out of that file."""
+
+    @functools.wraps(fn)
+    def step(db, *args, **kwargs):
+        try:
+            return fn(db, *args, **kwargs)
+        except BaseException:
+            db.close()
+            raise
+
+    return step
+
+
+@_closes_db_on_error
 def _encode_all(db, enc: Encoder, spec: dict, params: ChunkParams, progress: Progress | None,
                 group_size: int, source: VectorSource | None = None) -> None:
     state = db["state"].get(1)
@@ -316,6 +333,7 @@ def _check_not_empty(db, part: Path, spec: dict) -> None:
     )
 
 
+@_closes_db_on_error
 def _build_hnsw(db, part: Path, dims: int, dtype: str, hnsw: HnswParams) -> float:
     from usearch.index import Index
 
@@ -372,6 +390,7 @@ def publish(part: Path, out: Path, manifest: dict) -> None:
     discard_previous(out)  # a set-aside partial lent its vectors (resume.py); no longer needed
 
 
+@_closes_db_on_error
 def _finish(db, part: Path, out: Path, spec: dict, encoder_info: dict, started: float,
             index_s: float) -> None:
     state = db["state"].get(1)

@@ -52,6 +52,7 @@ class UpdatePlan:
 
     changed: dict[str, dict[str, str]] = field(default_factory=dict)  # folder -> {path: sha256}
     removed: dict[str, list[str]] = field(default_factory=dict)  # folder -> [path]
+    skipped: dict[str, dict[str, str]] = field(default_factory=dict)  # folder -> {path: why unreadable}
 
     @property
     def empty(self) -> bool:
@@ -60,7 +61,9 @@ class UpdatePlan:
     def summary(self) -> str:
         n_changed = sum(map(len, self.changed.values()))
         n_removed = sum(map(len, self.removed.values()))
-        return f"{n_changed} new or changed file(s), {n_removed} removed"
+        n_skipped = sum(map(len, self.skipped.values()))
+        return f"{n_changed} new or changed file(s), {n_removed} removed" + (
+            f", {n_skipped} skipped as unreadable" if n_skipped else "")
 
 
 def plan_update(built: dict, folders: list[str]) -> tuple[UpdatePlan, dict]:
@@ -72,6 +75,7 @@ def plan_update(built: dict, folders: list[str]) -> tuple[UpdatePlan, dict]:
     plan = UpdatePlan(
         changed={f: {r: s for r, s in files.items() if old.get(f, {}).get(r) != s} for f, files in now.items()},
         removed={f: [r for r in old.get(f, {}) if r not in now[f]] for f in folders},
+        skipped={f: bad for f, (_, bad) in scans.items() if bad},
     )
     spec = {**built, "corpora": built["corpora"] + [f for f in folders if f not in built["corpora"]],
             "documents": {**old, **now}, "skipped": {f: bad for f, bad in skipped.items() if bad}}
@@ -205,13 +209,14 @@ def add_documents(
     state = _resume(out, manifest, folders)
     if state is None:
         plan, spec = plan_update(manifest["build"], folders)
-        check_strict({"skipped": {f: bad for f, bad in spec.get("skipped", {}).items() if f in folders}}, strict)
+        check_strict({"skipped": plan.skipped}, strict)
         if plan.empty:
             logger.info("%s is up to date", out)
             return plan
         state = json.loads((_start(out, manifest, spec, plan, folders) / BUILD_STATE).read_text())
     upd = state["update"]
-    plan = UpdatePlan(upd["changed"], upd["removed"])
+    plan = UpdatePlan(upd["changed"], upd["removed"],
+                      {f: bad for f, bad in state.get("skipped", {}).items() if f in folders})
     part = partial_dir(out)
     db = _open_db(part)
     try:
