@@ -49,8 +49,8 @@ from targ_mlx.index.store import (
     describe_files,
     partial_dir,
     read_manifest,
-    save_graph,
     rebuild_command,
+    save_graph,
     write_json_atomic,
 )
 
