@@ -238,3 +238,31 @@ def test_documents_changed_between_attempts_reuse_the_partials_vectors(gold_rows
     assert encoded and not set(encoded) & kept  # the unchanged committed chunks were not encoded again
     assert {x for _, x, a in _rows(out).values() if a in ("lecture.md", "new.md")} <= set(encoded)
     assert not partial_dir(out).exists() and not out.with_name("idx.partial.prev").exists()
+
+
+def test_an_add_interrupted_then_files_changed_again_plans_afresh(gold_rows, notes_folder, tmp_path):
+    """An `add` stopped part-way, then one more file edited: the rerun is not refused (it used to
+    stop with "changed while the index was being updated"); it plans again and ends equal to a
+    clean add of the folder as it now is."""
+    folder, _ = notes_folder
+    a = build_index([str(folder)], tmp_path / "a")
+    b = build_index([str(folder)], tmp_path / "b")
+    extra = gold_rows(10)
+    for i, r in enumerate(extra[5:8]):
+        (folder / f"new{i}.md").write_text(r["passages"][0]["text"], encoding="utf-8")
+
+    class Stop(Exception):
+        pass
+
+    def stop_after_first_commit(done, total):
+        if done > 0:
+            raise Stop
+
+    with pytest.raises(Stop):
+        add_documents(b, [str(folder)], progress=stop_after_first_commit, commit_every=1)
+    (folder / "new2.md").write_text(extra[8]["passages"][0]["text"], encoding="utf-8")  # edited meanwhile
+    add_documents(b, [str(folder)], commit_every=1)
+    add_documents(a, [str(folder)], commit_every=1)
+    assert _rows(a) == _rows(b)
+    np.testing.assert_allclose(_vectors(a, _rows(a)), _vectors(b, _rows(b)), atol=1e-3)
+    assert not partial_dir(b).exists() and not b.with_name("b.partial.prev").exists()

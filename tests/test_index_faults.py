@@ -98,7 +98,7 @@ def _notes(folder: Path, rows: list[dict]) -> Path:
 
 @pytest.fixture(scope="module")
 def rows():
-    return _gold_rows(16)
+    return _gold_rows(24)
 
 
 def _rows(index: Path) -> dict:
@@ -251,7 +251,7 @@ def test_readers_answer_throughout_repeated_adds(worker, rows, tmp_path):
     assert worker.run(["build", "--corpus", notes, "--out", out, "--quiet"])[0] == 0
     query = load_encoder().encode_queries([rows[0]["question"]])
     held = open_retriever(out)  # opened before every add: its mapped files stay valid after the swap
-    titles = {f"notes/n{i:02d}.md" for i in range(4)} | {f"notes/extra{k}.md" for k in range(6)}
+    titles = {f"notes/n{i:02d}.md" for i in range(4)} | {f"notes/extra{k}.md" for k in range(ADDS_READ)}
     reads = 0
     for k in range(ADDS_READ):
         (notes / f"extra{k}.md").write_text(rows[5 + k]["passages"][0]["text"], encoding="utf-8")

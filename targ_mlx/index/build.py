@@ -168,15 +168,29 @@ def _open_db(part: Path) -> sqlite_utils.Database:
     db = sqlite_utils.Database(part / PASSAGES)
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL survives a killed process intact
-    if "passages" not in db.table_names():
-        db["passages"].create(
-            {"key": int, "title": str, "text": str, "article": str, "source": str, "start": int, "end": int},
-            pk="key",
-        )
-        db["pending"].create({"key": int, "vector": bytes}, pk="key")
-        db["state"].create({"id": int, "consumed": int, "total": int, "encode_s": float}, pk="id")
-        db["state"].insert({"id": 1, "consumed": 0, "total": -1, "encode_s": 0.0})
+    if not _initialised(db):
+        # a kill -9 while the tables were being created leaves some of them: nothing was committed
+        for table in ("passages", "pending", "state"):
+            db[table].drop(ignore=True)
+        db.conn.execute("BEGIN")  # one transaction: every table and the state row, or none
+        try:
+            db["passages"].create(
+                {"key": int, "title": str, "text": str, "article": str, "source": str, "start": int, "end": int},
+                pk="key",
+            )
+            db["pending"].create({"key": int, "vector": bytes}, pk="key")
+            db["state"].create({"id": int, "consumed": int, "total": int, "encode_s": float}, pk="id")
+            db.conn.execute("INSERT INTO state (id, consumed, total, encode_s) VALUES (1, 0, -1, 0.0)")
+            db.conn.execute("COMMIT")
+        except BaseException:
+            db.conn.execute("ROLLBACK")
+            raise
     return db
+
+
+def _initialised(db) -> bool:
+    """The partial's tables exist with their state row (written last, in the same transaction)."""
+    return "state" in db.table_names() and db.execute("SELECT 1 FROM state WHERE id = 1").fetchone() is not None
 
 
 @writes_index
