@@ -408,3 +408,23 @@ def test_three_processes_write_the_decision_log_and_no_row_is_lost(tmp_path):
     assert DecisionLog(path).count() == sum(map(len, read.values()))
     FIGURES["decision log"] = {"processes": 3, "killed": 1, "rows written": sum(map(len, written.values())),
                                "rows read": sum(map(len, read.values()))}
+
+
+def test_an_add_killed_between_its_two_renames_is_published_by_the_next_reader(worker, rows, tmp_path):
+    """kill -9 between `DIR -> DIR.old` and `DIR.partial -> DIR` (a window too short for the random
+    kills to hit reliably): the folder is missing; the next entry point finishes the swap."""
+    from targ_mlx.index import ensure_index
+
+    notes = _notes(tmp_path / "notes", rows[:3])
+    out = tmp_path / "idx"
+    assert worker.run(["build", "--corpus", notes, "--out", out, "--quiet"])[0] == 0
+    new = shutil.copytree(out, tmp_path / "new")
+    (notes / "more.md").write_text(rows[3]["passages"][0]["text"], encoding="utf-8")
+    assert worker.run(["add", new, "--corpus", notes, "--quiet"])[0] == 0
+    os.replace(out, tmp_path / "idx.old")  # what the killed publish left
+    shutil.copytree(new, partial_dir(out))
+    r = open_retriever(ensure_index(out))  # as ask, chat and the eval open it
+    assert len(r) == len(_rows(new)) and _rows(out) == _rows(new)
+    assert not (tmp_path / "idx.old").exists() and not partial_dir(out).exists()
+    rc, shown, err = worker.run(["add", out, "--corpus", notes, "--quiet"])
+    assert rc == 0 and "up to date" in shown, err
