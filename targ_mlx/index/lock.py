@@ -18,7 +18,7 @@ import shlex
 import sys
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Iterator
 
@@ -140,13 +140,17 @@ def index_lock(out: Path, wait: bool = False) -> Iterator[None]:
         finally:
             _leave_thread(path)
         return
-    fd = -1
+    fd, held = -1, False
     try:
         fd = _open(path)
         _acquire(Path(out), fd, wait)
+        held = True
         _stamp(fd)
         yield
     finally:
+        if held:
+            with suppress(OSError):  # a writer that finds it locked next reads no stale holder
+                os.ftruncate(fd, 0)
         if fd >= 0:
             os.close(fd)  # closing the only descriptor releases the flock
         _leave_thread(path)
