@@ -25,7 +25,7 @@ import numpy as np
 
 from targ_mlx.index.build import DEFAULT_COMMIT_EVERY, _corpus_spec, _encode_all, _finish, _open_db
 from targ_mlx.index.chunking import ChunkParams
-from targ_mlx.index.documents import is_document_folder, scan_report
+from targ_mlx.index.documents import digest, is_document_folder, scan_report
 from targ_mlx.index.encoder import DEFAULT_BATCH_SIZE, backend_of, load_encoder
 from targ_mlx.index.errors import CorpusError, IndexMismatchError
 from targ_mlx.index.lock import writes_index
@@ -126,8 +126,6 @@ def _resume(out: Path, manifest: dict, folders: list[str]) -> dict | None:
 
 def _files_moved_on(upd: dict) -> bool:
     """True when a file the unfinished add meant to read no longer has the bytes it planned for."""
-    from targ_mlx.index.documents import digest
-
     for folder, files in upd["changed"].items():
         for rel, sha in files.items():
             path = Path(folder, rel)
