@@ -55,7 +55,7 @@ def set_aside(part: Path) -> Path:
     if prev.exists():
         shutil.rmtree(prev)
     os.replace(part, prev)
-    logger.info("documents changed since %s was begun; starting afresh, reusing its unchanged chunks", part)
+    logger.warning("documents changed since %s was begun; starting afresh, reusing its unchanged chunks", part)
     return prev
 
 
