@@ -19,6 +19,7 @@ from targ_mlx.index.errors import (
     CorpusError,
     IndexCorruptError,
     IndexError_,
+    IndexLockedError,
     IndexMismatchError,
     IndexMissingError,
 )
@@ -61,7 +62,10 @@ def ensure_default_index(progress: Callable[[int, int], None] | None = None) -> 
     """
     out = default_index_dir()
     if (out / "manifest.json").is_file():
-        return out  # built (perhaps since updated by `add`): readers take no lock, so ask never waits
+        try:
+            return build_index([VITAL], out, progress=progress)
+        except IndexLockedError:
+            return out  # another process is writing it (an `add`): serve it as it is, never wait
     if unfinished(out):  # the build begun there (perhaps by another entry point), as it was begun
         return resume_unfinished(out, progress)
     backend = existing_backend(out) or default_backend(DEFAULT_ENCODER)
