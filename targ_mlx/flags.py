@@ -65,6 +65,7 @@ def open_index(paths: list[str], retriever: str | None = None):
         from targ_mlx import index
         from targ_mlx.index.progress import ProgressBar
 
-        return index.open_indexes(paths or [index.ensure_default_index(progress=ProgressBar())], retriever=retriever)
+        bar = ProgressBar()  # resumes an unfinished build of each index named, or builds the default
+        return index.open_indexes([index.ensure_index(p, bar) for p in paths or [None]], retriever=retriever)
 
     return load

@@ -115,21 +115,55 @@ def test_second_corpus_reuses_the_corpus_free_fields(tmp_path, small_index_dir, 
 
 
 @pytest.mark.slow
-def test_eval_searches_hybrid_where_bm25_exists_and_a_resumed_run_keeps_its_mode(tmp_path, small_index_dir):
+def test_eval_searches_as_told_records_both_scores_and_a_resumed_run_keeps_its_mode(tmp_path, small_index_dir):
     out = tmp_path / "out"
     args = ["--data-file", NQ, "--index", str(small_index_dir), "--output-dir", str(out), *TINY, "--latency-sample", "0"]
-    assert main([*args, "--limit", "1", "--retriever", "dense"]) == 0
+    assert main([*args, "--limit", "1"]) == 0
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["retriever"] == "dense"
     first = json.loads((out / "records.jsonl").read_text().splitlines()[0])
     assert all(len(p) == 3 for p in first["always"]["passages"])  # [key, title, cosine]: no BM25 score
-    # no --retriever: the run whose records are there was dense, so the added question is too
-    assert main([*args, "--limit", "2"]) == 0
-    assert json.loads((out / "config.json").read_text())["retriever"] == "dense"
     fresh = tmp_path / "fresh"
-    assert main([*args[:5], str(fresh), *args[6:], "--limit", "1"]) == 0
+    assert main([*args[:5], str(fresh), *args[6:], "--limit", "1", "--retriever", "hybrid"]) == 0
     cfg = json.loads((fresh / "config.json").read_text())
-    assert cfg["retriever"] == "hybrid" and "searched by hybrid" in (fresh / "summary.md").read_text()
+    assert cfg["retriever"] == "hybrid" and "1 record; the tables need at least 2" in (fresh / "summary.md").read_text()
     rec = json.loads((fresh / "records.jsonl").read_text().splitlines()[0])
     # [key, title, cosine, bm25] for every passage read, whichever ranking found it
     assert rec["always"]["passages"] and all(len(p) == 4 and p[3] >= 0 for p in rec["always"]["passages"])
+    # no --retriever: the run whose records are there was hybrid, so the added question is too
+    assert main([*args[:5], str(fresh), *args[6:], "--limit", "2"]) == 0
+    assert json.loads((fresh / "config.json").read_text())["retriever"] == "hybrid"
+    assert "searched by hybrid" in (fresh / "summary.md").read_text()
+    assert all(len(p) == 4 for line in (fresh / "records.jsonl").read_text().splitlines()
+               for p in json.loads(line)["always"]["passages"])
+
+
+@pytest.mark.slow
+def test_eval_resumes_an_interrupted_default_index_build(tmp_path, monkeypatch, notes_folder):
+    """The default index's build was stopped part-way (its DIR.partial holds the resume point):
+    the eval finishes that build and runs, instead of asking for a command the user never ran."""
+    from targ_mlx.index import build_index
+    from targ_mlx.index.store import partial_dir
+
+    folder, rows = notes_folder
+    default = tmp_path / "default-index"
+    monkeypatch.setenv("TARG_MLX_INDEX", str(default))
+
+    class Stop(Exception):
+        pass
+
+    def stop_after_first_commit(done, total):
+        if done:
+            raise Stop
+
+    with pytest.raises(Stop):
+        build_index([str(folder)], default, progress=stop_after_first_commit, commit_every=1)
+    assert partial_dir(default).is_dir() and not default.exists()
+    data = tmp_path / "qa.jsonl"
+    data.write_text("".join(json.dumps({"id": f"q{i}", "question": r["question"], "answers": r["answers"]}) + "\n"
+                            for i, r in enumerate(rows[:2])), encoding="utf-8")
+    out = tmp_path / "out"
+    assert main(["--data-file", str(data), "--output-dir", str(out), "--limit", "2", "--no-baselines", *TINY]) == 0
+    assert (default / "manifest.json").is_file() and not partial_dir(default).exists()
+    assert json.loads((out / "config.json").read_text())["index"] == str(default)
+    assert len((out / "records.jsonl").read_text().splitlines()) == 2

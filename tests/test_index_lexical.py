@@ -119,7 +119,8 @@ def test_hybrid_fusion_ranks_by_reciprocal_rank():
 
 def test_hybrid_search_carries_both_raw_scores_for_every_passage(small_index_dir, small_index_questions):
     assert has_lexical(small_index_dir)
-    hybrid = open_indexes([small_index_dir])  # the default where a BM25 part exists
+    assert not isinstance(open_indexes([small_index_dir]), HybridRetriever)  # dense stays the default
+    hybrid = open_indexes([small_index_dir], retriever="hybrid")
     assert isinstance(hybrid, HybridRetriever) and hybrid.mode == "hybrid" and len(hybrid.parts) == 1
     dense = open_indexes([small_index_dir], retriever="dense")
     bm25 = open_indexes([small_index_dir], retriever="bm25")
@@ -143,7 +144,7 @@ def test_hybrid_search_carries_both_raw_scores_for_every_passage(small_index_dir
         assert [x.key for x in h] == [x.key for x in fuse([d, [Passage(k, "", "", 0) for k in lex_rank]], 5)]
 
 
-def test_hybrid_finds_the_gold_passage_at_least_as_often_as_either_alone(small_index_dir, small_index_questions):
+def test_every_mode_finds_most_gold_passages_and_hybrid_is_within_one_of_the_best(small_index_dir, small_index_questions):
     """50 real NQ-Open questions whose gold passage is in the index, among 100 real distractors."""
     hits = {}
     for mode in ("dense", "bm25", "hybrid"):
@@ -164,12 +165,12 @@ def test_a_missing_or_truncated_bm25_file_is_one_line_naming_the_fix(small_index
     keys = lexical_dir(idx) / KEYS
     keys.write_bytes(keys.read_bytes()[:-8])
     with pytest.raises(IndexCorruptError, match=r"keys\.npy is \d+ bytes .*truncated.*fix: python -m targ_mlx.index lexical"):
-        open_indexes([idx])
+        open_indexes([idx], retriever="hybrid")
     keys.unlink()
     with pytest.raises(IndexMissingError, match=r"keys\.npy is missing; fix: python -m targ_mlx.index lexical"):
         open_indexes([idx], retriever="bm25")
     add_lexical(idx)  # the fix it names
-    assert open_indexes([idx]).search("who", 1)
+    assert open_indexes([idx], retriever="hybrid").search("who", 1)
 
 
 def test_an_index_without_bm25_stays_dense_and_gains_it_in_place(small_index_corpus, small_index_dir, tmp_path):
@@ -183,7 +184,7 @@ def test_an_index_without_bm25_stays_dense_and_gains_it_in_place(small_index_cor
     build_index([str(small_index_corpus)], idx)  # the same build again: adds BM25, the dense part unchanged
     assert has_lexical(idx) and not lexical_dir(idx).with_name("bm25.tmp").exists()
     assert open_retriever(idx).manifest_id == before
-    assert isinstance(open_indexes([idx]), HybridRetriever)
+    assert isinstance(open_indexes([idx], retriever="hybrid"), HybridRetriever)
 
 
 def test_index_cli_searches_in_each_mode_and_rebuilds_bm25(small_index_dir, small_index_questions, tmp_path):

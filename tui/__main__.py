@@ -42,13 +42,16 @@ def make_loader(cfg, settings, folders: list[str] | None = None, retriever_mode:
             from targ_mlx import index
 
             paths = [Path(f) for f in folders or index_folders(None, cfg.index)]
-            if not paths and not (index.default_index_dir() / "manifest.json").is_file():
+            if (not paths and not (index.default_index_dir() / "manifest.json").is_file()) or any(
+                    map(index.unfinished, paths)):
                 # answer at once; questions the gate retrieves for skip retrieval until it is built
-                building = BuildingIndex(lambda cb: [index.ensure_default_index(progress=cb)],
+                # (an interrupted build of a named --index is resumed the same way)
+                building = BuildingIndex(lambda cb: [index.ensure_index(p, cb) for p in paths or [None]],
                                          lambda paths: _open_loaded(paths, retriever_mode),
                                          lambda d, n: progress(f"index building {100 * d / max(n, 1):.0f}%", d, n))
-                return (Assistant(bb, building, settings, source="chat"), index.DEFAULT_INDEX_NAME,
-                        "the default index is building: answers skip retrieval until it is ready")
+                label = " + ".join(p.name for p in paths) or index.DEFAULT_INDEX_NAME
+                return (Assistant(bb, building, settings, source="chat"), label,
+                        f"the index {label} is building: answers skip retrieval until it is ready")
             # built: a no-op, but an index built before BM25 parts existed gains one (seconds)
             paths = paths or [index.ensure_default_index()]
             label = " + ".join(p.name for p in paths)

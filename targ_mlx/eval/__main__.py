@@ -261,7 +261,10 @@ def run(args) -> int:
         from targ_mlx import index
         from targ_mlx.runtime.backbone import DEFAULT_MODEL, load_backbone
 
-        folder = args.index or str(index.default_index_dir())
+        from targ_mlx.index.progress import ProgressBar
+
+        # an interrupted build of the index (default or --index) is resumed, not refused
+        folder = str(index.ensure_index(args.index, None if args.quiet else ProgressBar()))
         args.index = folder
         args.retriever = args.retriever or _resumed_retriever(root, [n for n, _ in sets])
         retriever = index.open_indexes([folder], retriever=args.retriever)

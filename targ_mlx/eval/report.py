@@ -313,8 +313,9 @@ def write_all(name: str, records: Sequence[dict], latency: dict, out: Path, k: i
               meta: dict[str, dict] | None = None) -> dict:
     out = Path(out)
     sig = Signals(records, latency, meta)
-    if sig.n == 0:
-        (out / "summary.md").write_text(f"# {name}: no records yet\n", encoding="utf-8")
+    if sig.n < 2:  # the verdicts choose tau on a dev half and judge it on the other: none with one question
+        (out / "summary.md").write_text(f"# {name}: {'no records yet' if not sig.n else '1 record'}; the tables "
+                                        "need at least 2 (a dev and a test half)\n", encoding="utf-8")
         return {"signals": sig}
     if k not in sig.ks:
         k = min(sig.ks, key=lambda x: abs(x - k))

@@ -19,11 +19,13 @@ from targ_mlx.index.errors import (
     CorpusError,
     IndexCorruptError,
     IndexError_,
+    IndexLockedError,
     IndexMismatchError,
     IndexMissingError,
 )
 from targ_mlx.index.retriever import IndexRetriever, open_retriever
 from targ_mlx.index.merged import open_indexes
+from targ_mlx.index.resume import resume_unfinished, unfinished
 from targ_mlx.index.update import add_documents
 from targ_mlx.index.store import HnswParams, IndexInfo, read_manifest
 
@@ -33,7 +35,7 @@ ENV_INDEX = "TARG_MLX_INDEX"
 __all__ = [
     "CorpusError", "ChunkParams", "DEFAULT_ENCODER", "Encoder", "ExactRetriever", "HnswParams", "IndexCorruptError",
     "IndexError_", "IndexInfo", "IndexMismatchError", "IndexMissingError", "IndexRetriever",
-    "add_documents", "build_index", "default_index_dir", "ensure_default_index", "load_encoder", "open_indexes",
+    "add_documents", "build_index", "default_index_dir", "ensure_default_index", "ensure_index", "load_encoder", "open_indexes",
     "open_retriever", "read_manifest",
 ]
 
@@ -60,10 +62,27 @@ def ensure_default_index(progress: Callable[[int, int], None] | None = None) -> 
     """
     out = default_index_dir()
     if (out / "manifest.json").is_file():
-        return build_index([VITAL], out, progress=progress)
+        try:
+            return build_index([VITAL], out, progress=progress)
+        except IndexLockedError:
+            return out  # another process is writing it (an `add`): serve it as it is, never wait
+    if unfinished(out):  # the build begun there (perhaps by another entry point), as it was begun
+        return resume_unfinished(out, progress)
     backend = existing_backend(out) or default_backend(DEFAULT_ENCODER)
     return build_index([VITAL], out, progress=progress, backend=backend,
-                       reuse=_siblings_with_encoder(out, DEFAULT_ENCODER, backend))
+                       reuse=_siblings_with_encoder(out, DEFAULT_ENCODER, backend), wait=True)
+
+
+def ensure_index(path: Path | str | None, progress: Callable[[int, int], None] | None = None) -> Path:
+    """The index an entry point needs, with any unfinished build of it resumed first.
+
+    Args:
+        path: an index folder; None for the default index (built on first use).
+        progress: called as progress(done, total) while a build runs.
+    """
+    if path is None:
+        return ensure_default_index(progress)
+    return resume_unfinished(Path(path), progress)
 
 
 def _siblings_with_encoder(out: Path, encoder: str, backend: str) -> list[Path]:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import sys
+from pathlib import Path
 
 from targ_mlx.errors import run_cli
 from targ_mlx.index.build import DEFAULT_COMMIT_EVERY
@@ -16,6 +18,7 @@ from targ_mlx.index.store import DTYPES, HnswParams
 from targ_mlx.retrieval import RETRIEVERS
 
 DEFAULT_K = 5
+_WRITE_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EFBIG, errno.EDQUOT}  # the disk said no
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
@@ -51,6 +54,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
                         "BM25-only index at reading speed (a million chunks in minutes, not hours) whose "
                         "searches encode only the passages they return")
     b.add_argument("--quiet", action="store_true", help="no progress bar")
+    _writer_flags(b)
     r = b.add_argument_group("distributed build (pip install 'targ-mlx[distributed]')")
     r.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
                    help="build on Ray as a sharded index: alone, on a local Ray started for the build; "
@@ -72,9 +76,11 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     a.add_argument("--commit-every", type=int, default=DEFAULT_COMMIT_EVERY,
                    help=f"chunks per encode call and per resumable commit (default: {DEFAULT_COMMIT_EVERY})")
     a.add_argument("--quiet", action="store_true", help="no progress bar")
+    _writer_flags(a)
 
     x = sub.add_parser("lexical", help="(re)build the BM25 part of a built index from its passages")
     x.add_argument("dir", help="a built index folder")
+    x.add_argument("--wait", action="store_true", help="wait for another writer of DIR instead of stopping")
 
     i = sub.add_parser("info", help="print an index's manifest summary")
     i.add_argument("dir")
@@ -92,6 +98,13 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _writer_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--strict", action="store_true",
+                   help="a document that cannot be read (corrupt PDF, not UTF-8) is an error, not a skip")
+    p.add_argument("--wait", action="store_true",
+                   help="if another build or add is writing this index, wait for it instead of stopping")
+
+
 def _build(args) -> None:
     from targ_mlx.index.build import build_index
 
@@ -102,7 +115,7 @@ def _build(args) -> None:
         args.corpus, args.out, encoder=args.encoder, dtype=args.dtype, limit=args.limit,
         connectivity=args.connectivity, expansion_add=args.expansion_add,
         expansion_search=args.expansion_search, batch_size=args.batch_size, commit_every=args.commit_every,
-        reuse=args.reuse, backend=args.backend, bm25=args.bm25, dense=args.dense,
+        reuse=args.reuse, backend=args.backend, bm25=args.bm25, dense=args.dense, strict=args.strict, wait=args.wait,
         progress=None if args.quiet else ProgressBar(),
     )
     _info(out, verify=False, as_json=False)
@@ -111,8 +124,8 @@ def _build(args) -> None:
 def _build_ray(args) -> None:
     from targ_mlx.index.distributed import build_index_ray
 
-    if args.reuse:
-        raise ValueError("--reuse is not supported with --ray; fix: drop one of them")
+    if args.reuse or args.strict:
+        raise ValueError("--reuse and --strict are not supported with --ray; fix: drop them")
     if not args.dense:
         raise ValueError("--no-dense is not supported with --ray (it exists to encode in parallel); fix: drop --ray")
     if not args.bm25:
@@ -124,7 +137,7 @@ def _build_ray(args) -> None:
         workers=args.workers, cpus_per_worker=args.cpus_per_worker, gpus_per_worker=args.gpus_per_worker,
         encoder=args.encoder, dtype=args.dtype, limit=args.limit, connectivity=args.connectivity,
         expansion_add=args.expansion_add, expansion_search=args.expansion_search, batch_size=args.batch_size,
-        commit_every=args.commit_every, progress=None if args.quiet else ProgressBar(),
+        commit_every=args.commit_every, progress=None if args.quiet else ProgressBar(), wait=args.wait,
     )
     _info(out, verify=False, as_json=False)
 
@@ -133,8 +146,10 @@ def _add(args) -> None:
     from targ_mlx.index.update import add_documents
 
     plan = add_documents(args.dir, args.corpus, progress=None if args.quiet else ProgressBar(),
-                         batch_size=args.batch_size, commit_every=args.commit_every)
+                         batch_size=args.batch_size, commit_every=args.commit_every, strict=args.strict,
+                         wait=args.wait)
     print(f"{args.dir}: {plan.summary() if not plan.empty else 'up to date'}")
+    _print_skipped({"build": {"skipped": plan.skipped}})
 
 
 def _info(path, verify: bool, as_json: bool) -> None:
@@ -154,7 +169,12 @@ def _info(path, verify: bool, as_json: bool) -> None:
     lex = lexical_summary(r.path)
     print(f"{'bm25':12} " + (f"{lex['passages']:,} passages, {lex['vocabulary']:,} terms ({lex['build_s']} s)"
                               if lex else f"none (hybrid search needs it: {fix_command(r.path)})"))
-    for folder, bad in (r.manifest.get("build", {}).get("skipped") or {}).items():
+    _print_skipped(r.manifest)
+
+
+def _print_skipped(manifest: dict) -> None:
+    """One line per file of a documents folder left out as unreadable."""
+    for folder, bad in (manifest.get("build", {}).get("skipped") or {}).items():
         for rel, why in bad.items():
             print(f"{'skipped':12} {folder}/{rel}: {why}")
 
@@ -173,14 +193,33 @@ def _search(args) -> None:
 
 def _lexical(args) -> None:
     from targ_mlx.index.lexical import add_lexical
+    from targ_mlx.index.lock import index_lock
     from targ_mlx.index.store import read_manifest
 
     read_manifest(args.dir)  # a finished index, or one line saying what is wrong
-    meta = add_lexical(args.dir)
+    with index_lock(Path(args.dir), wait=args.wait):  # one writer: a build or add of DIR may be running
+        meta = add_lexical(args.dir)
     print(f"{args.dir}: BM25 over {meta['passages']:,} passages, {meta['vocabulary']:,} terms in {meta['build_s']} s")
 
 
 def _run(args: argparse.Namespace) -> int:
+    import sqlite3
+
+    try:
+        return _dispatch(args)
+    except (OSError, sqlite3.OperationalError) as e:  # a read-only folder, a full disk: one line
+        from targ_mlx.index.errors import IndexWriteError
+
+        if isinstance(e, OSError) and e.errno not in _WRITE_ERRNOS:
+            raise
+        where = getattr(e, "filename", None) or getattr(args, "out", None) or args.dir
+        raise IndexWriteError(
+            f"cannot write {where} ({getattr(e, 'strerror', None) or e}); fix: free disk space or make "
+            "the folder writable, then rerun the same command to resume"
+        ) from None
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "build":
         _build(args)
     elif args.command == "add":

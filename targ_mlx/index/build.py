@@ -8,6 +8,7 @@ stored vectors at the end, then DIR.partial is renamed to DIR: a half-built inde
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import logging
@@ -32,7 +33,9 @@ from targ_mlx.index.encoder import (
     default_backend,
     load_encoder,
 )
-from targ_mlx.index.errors import IndexMismatchError
+from targ_mlx.index.errors import CorpusError, IndexMismatchError
+from targ_mlx.index.lock import writes_index
+from targ_mlx.index.resume import check_strict, discard_previous, previous_partial, reusable_partial, set_aside
 from targ_mlx.index.lexical import add_lexical, build_lexical, has_lexical, lexical_dir, passage_rows
 from targ_mlx.index.reuse import VectorSource
 from targ_mlx.index.store import (
@@ -48,6 +51,7 @@ from targ_mlx.index.store import (
     partial_dir,
     read_manifest,
     rebuild_command,
+    save_graph,
     write_json_atomic,
 )
 
@@ -147,6 +151,8 @@ def existing_backend(out: Path) -> str | None:
 def _open_partial(out: Path, spec: dict) -> Path:
     part = partial_dir(out)
     state = part / BUILD_STATE
+    if state.is_file() and reusable_partial(json.loads(state.read_text()), spec, _same_build):
+        set_aside(part)  # documents changed between attempts: start afresh, reusing its vectors
     if state.is_file():
         if not _same_build(json.loads(state.read_text()), spec):
             raise IndexMismatchError(
@@ -166,17 +172,32 @@ def _open_db(part: Path) -> sqlite_utils.Database:
     db = sqlite_utils.Database(part / PASSAGES)
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL survives a killed process intact
-    if "passages" not in db.table_names():
-        db["passages"].create(
-            {"key": int, "title": str, "text": str, "article": str, "source": str, "start": int, "end": int},
-            pk="key",
-        )
-        db["pending"].create({"key": int, "vector": bytes}, pk="key")
-        db["state"].create({"id": int, "consumed": int, "total": int, "encode_s": float}, pk="id")
-        db["state"].insert({"id": 1, "consumed": 0, "total": -1, "encode_s": 0.0})
+    if not _initialised(db):
+        # a kill -9 while the tables were being created leaves some of them: nothing was committed
+        for table in ("passages", "pending", "state"):
+            db[table].drop(ignore=True)
+        db.conn.execute("BEGIN")  # one transaction: every table and the state row, or none
+        try:
+            db["passages"].create(
+                {"key": int, "title": str, "text": str, "article": str, "source": str, "start": int, "end": int},
+                pk="key",
+            )
+            db["pending"].create({"key": int, "vector": bytes}, pk="key")
+            db["state"].create({"id": int, "consumed": int, "total": int, "encode_s": float}, pk="id")
+            db.conn.execute("INSERT INTO state (id, consumed, total, encode_s) VALUES (1, 0, -1, 0.0)")
+            db.conn.execute("COMMIT")
+        except BaseException:
+            db.conn.execute("ROLLBACK")
+            raise
     return db
 
 
+def _initialised(db) -> bool:
+    """The partial's tables exist with their state row (written last, in the same transaction)."""
+    return "state" in db.table_names() and db.execute("SELECT 1 FROM state WHERE id = 1").fetchone() is not None
+
+
+@writes_index
 def build_index(
     corpora: list[str],
     out: Path,
@@ -194,6 +215,7 @@ def build_index(
     backend: str | None = None,
     bm25: bool = True,
     dense: bool = True,
+    strict: bool = False,
 ) -> Path:
     """Build (or resume, or find already built) the index of `corpora` in folder `out`.
 
@@ -217,6 +239,9 @@ def build_index(
         dense: encode and store every passage's vector (the HNSW graph). False: a BM25-only
             index, built at reading speed instead of encoding speed (a million chunks in minutes,
             not hours); searches then encode only the passages they return, for their cosine.
+        strict: a file of a documents folder that cannot be read is an error, not a skip.
+        wait: (keyword, from `writes_index`) wait for another writer of `out` instead of raising
+            IndexLockedError.
 
     Returns:
         `out`, holding vectors.usearch, passages.db and manifest.json.
@@ -232,6 +257,7 @@ def build_index(
     if not dense and not bm25:
         raise ValueError("an index needs a dense or a BM25 part; fix: drop --no-dense or --no-bm25")
     spec = _build_spec(corpora, name, dtype, limit, chunking, hnsw, backend, dense)
+    check_strict(spec, strict)
     if (out / MANIFEST).is_file():
         manifest = read_manifest(out)
         built = manifest["build"]
@@ -258,13 +284,31 @@ def build_index(
     db = _open_db(part)
     enc = load_encoder(name, backend=backend)
     enc.batch_size = batch_size
+    reuse = [*reuse, *previous_partial(out)]
     source = VectorSource(reuse, name, enc.dims, backend) if reuse and dense else None
     _encode_all(db, enc if dense else None, spec, chunking, progress, commit_every, source)
+    _check_not_empty(db, part, spec)
     index_s = _build_hnsw(db, part, enc.dims, dtype, hnsw) if dense else 0.0
     _finish(db, part, out, spec, enc.describe(), started, index_s, bm25=bm25)
     return out
 
 
+def _closes_db_on_error(fn):
+    """A step that stops (Ctrl-C, a full disk) closes the partial's connection: one left open by a
+    traceback kept in memory would lock the next in-process attempt out of that file."""
+
+    @functools.wraps(fn)
+    def step(db, *args, **kwargs):
+        try:
+            return fn(db, *args, **kwargs)
+        except BaseException:
+            db.close()
+            raise
+
+    return step
+
+
+@_closes_db_on_error
 def _encode_all(db, enc: Encoder | None, spec: dict, params: ChunkParams, progress: Progress | None,
                 group_size: int, source: VectorSource | None = None) -> None:
     """Chunk, encode (unless `enc` is None: a BM25-only index) and commit, a group at a time."""
@@ -306,6 +350,20 @@ def _encode_all(db, enc: Encoder | None, spec: dict, params: ChunkParams, progre
             progress(done, max(total, done) if total else 0)
 
 
+def _check_not_empty(db, part: Path, spec: dict) -> None:
+    """No passages at all: say so and publish nothing (an empty index would answer nothing)."""
+    if db.execute("SELECT 1 FROM passages LIMIT 1").fetchone():
+        return
+    db.close()
+    shutil.rmtree(part)  # nothing in it worth resuming
+    skipped = sum(len(bad) for bad in spec.get("skipped", {}).values())
+    raise CorpusError(
+        f"{' '.join(spec['corpora'])} yielded no passages ({skipped} file(s) skipped as unreadable); "
+        "fix: check the corpus path and that its files hold text"
+    )
+
+
+@_closes_db_on_error
 def _build_hnsw(db, part: Path, dims: int, dtype: str, hnsw: HnswParams) -> float:
     from usearch.index import Index
 
@@ -331,9 +389,7 @@ def _build_hnsw(db, part: Path, dims: int, dtype: str, hnsw: HnswParams) -> floa
         vecs = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), dims)
         index.add(keys, vecs, threads=threads)
         last = rows[-1][0]
-    tmp = part / (VECTORS + ".tmp")
-    index.save(str(tmp))
-    os.replace(tmp, part / VECTORS)
+    save_graph(index, part / VECTORS)
     db["pending"].drop()
     return time.perf_counter() - t0
 
@@ -361,8 +417,10 @@ def publish(part: Path, out: Path, manifest: dict) -> None:
     (out / BUILD_STATE).unlink(missing_ok=True)  # shards of a Ray build have none
     if old.exists():
         shutil.rmtree(old)
+    discard_previous(out)  # a set-aside partial lent its vectors (resume.py); no longer needed
 
 
+@_closes_db_on_error
 def _finish(db, part: Path, out: Path, spec: dict, encoder_info: dict, started: float,
             index_s: float, bm25: bool = True) -> None:
     state = db["state"].get(1)

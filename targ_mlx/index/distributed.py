@@ -48,6 +48,7 @@ from targ_mlx.index.lexical import build_lexical, lexical_dir, passage_rows
 from targ_mlx.index.chunking import ChunkParams
 from targ_mlx.index.corpus import read_corpus
 from targ_mlx.index.encoder import DEFAULT_BATCH_SIZE, DEFAULT_ENCODER, TORCH, canonical_name, load_encoder
+from targ_mlx.index.lock import writes_index
 from targ_mlx.index.errors import IndexError_, IndexMismatchError
 from targ_mlx.index.store import (
     DTYPES,
@@ -228,6 +229,7 @@ def _runs(shards: np.ndarray) -> Iterator[tuple[str, slice]]:
             start = i
 
 
+@writes_index
 def build_index_ray(
     corpora: list[str],
     out: Path,

@@ -151,7 +151,7 @@ def read_documents(folder: Path, files: Mapping[str, str] | None = None) -> Iter
         if not path.is_file() or digest(path) != sha:
             raise CorpusError(
                 f"{path} changed while the index was being built or updated; fix: run the same "
-                "command again once the folder is settled, or delete the DIR.partial folder"
+                "command again once the folder is settled (unchanged files are not encoded again)"
             )
         article = read_document(folder, rel)
         if not article.text:

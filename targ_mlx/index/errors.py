@@ -23,3 +23,11 @@ class IndexMismatchError(IndexError_):
 
 class CorpusError(IndexError_):
     """A corpus spec or file cannot be read."""
+
+
+class IndexLockedError(IndexError_):
+    """Another process (or thread) is building or updating the same index folder."""
+
+
+class IndexWriteError(IndexError_):
+    """The index folder, its .partial or its lock file cannot be written (read-only, disk full)."""

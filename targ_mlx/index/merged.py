@@ -50,8 +50,11 @@ class MergedRetriever:
 
 
 def retriever_mode(paths: Sequence[Path | str], wanted: str | None) -> str:
-    """`wanted`, checked; None: hybrid where every folder has a BM25 part (bm25 where one has no
-    vectors), else dense."""
+    """`wanted`, checked; None: dense, or bm25 where a folder has no vectors (a BM25-only index).
+
+    Hybrid is not the default: over the Vital leads and the clean corpus it found an answer in
+    the top 5 no more often than dense alone (BENCHMARKS.md, "Answer coverage"), and on held-out
+    dev questions every weight of BM25 in the fusion scored at or below dense alone."""
     if wanted is not None and wanted not in MODES:
         raise ValueError(f"--retriever {wanted!r} is not one of {', '.join(MODES)}; fix: pick one of them")
     lacking = [Path(p) for p in paths if not has_lexical(Path(p))]
@@ -62,7 +65,7 @@ def retriever_mode(paths: Sequence[Path | str], wanted: str | None) -> str:
     if wanted is None:
         if no_vectors and not lacking:
             return BM25
-        return DENSE if lacking else HYBRID
+        return DENSE
     if wanted != DENSE and lacking:
         raise IndexMissingError(
             f"{lacking[0]} has no BM25 part for --retriever {wanted}; fix: {fix_command(lacking[0])} "

@@ -18,6 +18,7 @@ from targ_mlx.index.encoder import Encoder, canonical_name
 from targ_mlx.index.errors import IndexCorruptError, IndexMismatchError
 from targ_mlx.index.query import QueryEncoding
 from targ_mlx.index.sharded import ShardedRetriever
+from targ_mlx.index.swap import survives_swap
 from targ_mlx.index.store import (
     PASSAGES,
     VECTORS,
@@ -93,6 +94,7 @@ class IndexRetriever(QueryEncoding):
         self._db.close()
 
 
+@survives_swap
 def open_retriever(
     path: Path | str, encoder: Encoder | str | None = None, verify: bool = False,
     expansion_search: int | None = None,

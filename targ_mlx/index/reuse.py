@@ -53,7 +53,14 @@ class VectorSource:
             elif (d / BUILD_STATE).is_file():
                 state = json.loads((d / BUILD_STATE).read_text())
                 built, index, built_backend = state["encoder"], None, state.get("backend", TORCH)
+                if not (d / PASSAGES).is_file():
+                    continue  # stopped before its first commit: nothing to lend
                 db = sqlite3.connect(f"file:{(d / PASSAGES).resolve()}?mode=ro", uri=True)
+                if not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'pending'").fetchone():
+                    if not (d / VECTORS).is_file():
+                        db.close()
+                        continue
+                    index = Index.restore(str(d / VECTORS), view=True)  # its graph is built: vectors there
             else:
                 raise IndexMissingError(f"--reuse {d}: neither a finished index nor a build in progress; "
                                         "fix: pass an index folder or its .partial folder")

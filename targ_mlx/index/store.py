@@ -17,7 +17,7 @@ import shlex
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from targ_mlx.index.errors import IndexCorruptError, IndexMissingError
+from targ_mlx.index.errors import IndexCorruptError, IndexMissingError, IndexWriteError
 
 VECTORS = "vectors.usearch"
 PASSAGES = "passages.db"
@@ -97,6 +97,17 @@ def write_json_atomic(path: Path, obj: dict) -> None:
         json.dump(obj, f, indent=2, sort_keys=True)
         f.flush()
         os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def save_graph(index, path: Path) -> None:
+    """Save a usearch graph via a temporary file, so `path` is whole or absent."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        index.save(str(tmp))
+    except RuntimeError as e:  # usearch reports a failed write (full disk) only as "Failed to serialize"
+        raise IndexWriteError(f"cannot write {tmp} ({e}); fix: free disk space, then rerun the same "
+                              "command to resume") from None
     os.replace(tmp, path)
 
 

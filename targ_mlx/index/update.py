@@ -25,10 +25,13 @@ import numpy as np
 
 from targ_mlx.index.build import DEFAULT_COMMIT_EVERY, _corpus_spec, _encode_all, _finish, _open_db
 from targ_mlx.index.chunking import ChunkParams
-from targ_mlx.index.documents import is_document_folder, scan
+from targ_mlx.index.documents import digest, is_document_folder, scan_report
 from targ_mlx.index.encoder import DEFAULT_BATCH_SIZE, backend_of, load_encoder
 from targ_mlx.index.errors import CorpusError, IndexMismatchError
 from targ_mlx.index.lexical import has_lexical
+from targ_mlx.index.lock import writes_index
+from targ_mlx.index.resume import check_strict, previous_partial, set_aside
+from targ_mlx.index.reuse import VectorSource
 from targ_mlx.index.store import (
     BUILD_STATE,
     MANIFEST,
@@ -37,6 +40,7 @@ from targ_mlx.index.store import (
     manifest_id,
     partial_dir,
     read_manifest,
+    save_graph,
     write_json_atomic,
 )
 
@@ -49,6 +53,7 @@ class UpdatePlan:
 
     changed: dict[str, dict[str, str]] = field(default_factory=dict)  # folder -> {path: sha256}
     removed: dict[str, list[str]] = field(default_factory=dict)  # folder -> [path]
+    skipped: dict[str, dict[str, str]] = field(default_factory=dict)  # folder -> {path: why unreadable}
 
     @property
     def empty(self) -> bool:
@@ -57,19 +62,26 @@ class UpdatePlan:
     def summary(self) -> str:
         n_changed = sum(map(len, self.changed.values()))
         n_removed = sum(map(len, self.removed.values()))
-        return f"{n_changed} new or changed file(s), {n_removed} removed"
+        n_skipped = sum(map(len, self.skipped.values()))
+        return f"{n_changed} new or changed file(s), {n_removed} removed" + (
+            f", {n_skipped} skipped as unreadable" if n_skipped else "")
 
 
 def plan_update(built: dict, folders: list[str]) -> tuple[UpdatePlan, dict]:
     """Compare the folders on disk with the files the index holds; return the plan and new spec."""
     old = built.get("documents", {})
-    now = {f: scan(Path(f)) for f in folders}
+    scans = {f: scan_report(Path(f)) for f in folders}
+    now = {f: files for f, (files, _) in scans.items()}
+    skipped = {**built.get("skipped", {}), **{f: bad for f, (_, bad) in scans.items()}}
     plan = UpdatePlan(
         changed={f: {r: s for r, s in files.items() if old.get(f, {}).get(r) != s} for f, files in now.items()},
         removed={f: [r for r in old.get(f, {}) if r not in now[f]] for f in folders},
+        skipped={f: bad for f, (_, bad) in scans.items() if bad},
     )
     spec = {**built, "corpora": built["corpora"] + [f for f in folders if f not in built["corpora"]],
-            "documents": {**old, **now}}
+            "documents": {**old, **now}, "skipped": {f: bad for f, bad in skipped.items() if bad}}
+    if not spec["skipped"]:
+        del spec["skipped"]
     return plan, spec
 
 
@@ -106,8 +118,21 @@ def _resume(out: Path, manifest: dict, folders: list[str]) -> dict | None:
             f"{partial_dir(out)} holds another unfinished build or add; fix: rerun that command "
             f"or delete {partial_dir(out)}"
         )
+    if _files_moved_on(upd):
+        set_aside(partial_dir(out))  # files changed again: plan afresh, reusing what was encoded
+        return None
     logger.info("resuming the add in %s", partial_dir(out))
     return state
+
+
+def _files_moved_on(upd: dict) -> bool:
+    """True when a file the unfinished add meant to read no longer has the bytes it planned for."""
+    for folder, files in upd["changed"].items():
+        for rel, sha in files.items():
+            path = Path(folder, rel)
+            if not path.is_file() or digest(path) != sha:
+                return True
+    return False
 
 
 def _delete_stale(out: Path, part: Path, db, state: dict) -> None:
@@ -143,21 +168,21 @@ def _edit_graph(db, part: Path) -> float:
         keys = np.fromiter((r[0] for r in rows), dtype=np.uint64, count=len(rows))
         vecs = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), index.ndim)
         index.add(keys, vecs, threads=1)  # one thread: the exact graph (see build._build_hnsw)
-    tmp = part / (VECTORS + ".tmp")
-    index.save(str(tmp))
-    os.replace(tmp, part / VECTORS)
+    save_graph(index, part / VECTORS)
     with db.conn:
         db.conn.execute("DROP TABLE pending")
         db.conn.execute("DROP TABLE stale")
     return time.perf_counter() - t0
 
 
+@writes_index
 def add_documents(
     out: Path,
     corpora: list[str],
     progress: Callable[[int, int], None] | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
     commit_every: int = DEFAULT_COMMIT_EVERY,
+    strict: bool = False,
 ) -> UpdatePlan:
     """Add or update the documents of `corpora` (folders) in the index `out`; resume if interrupted.
 
@@ -165,7 +190,7 @@ def add_documents(
         out: a finished index folder (of documents, Wikipedia, or both).
         corpora: documents folders; files of other folders in the index are left alone.
         progress: called as progress(chunks_done, chunks_total) while encoding.
-        batch_size, commit_every: as for `build_index`.
+        batch_size, commit_every, strict, wait: as for `build_index`.
 
     Returns:
         The plan carried out (empty when the index was already up to date).
@@ -186,12 +211,14 @@ def add_documents(
     state = _resume(out, manifest, folders)
     if state is None:
         plan, spec = plan_update(manifest["build"], folders)
+        check_strict({"skipped": plan.skipped}, strict)
         if plan.empty:
             logger.info("%s is up to date", out)
             return plan
         state = json.loads((_start(out, manifest, spec, plan, folders) / BUILD_STATE).read_text())
     upd = state["update"]
-    plan = UpdatePlan(upd["changed"], upd["removed"])
+    plan = UpdatePlan(upd["changed"], upd["removed"],
+                      {f: bad for f, bad in state.get("skipped", {}).items() if f in folders})
     part = partial_dir(out)
     db = _open_db(part)
     try:
@@ -202,7 +229,9 @@ def add_documents(
         enc.batch_size = batch_size
         params = ChunkParams(**manifest["chunking"])
         reading = {"corpora": [f for f in folders if plan.changed.get(f)], "limit": None, "documents": plan.changed}
-        _encode_all(db, enc, reading, params, progress, commit_every)
+        prev = previous_partial(out)
+        source = VectorSource(prev, enc.name, enc.dims, enc.backend) if prev else None
+        _encode_all(db, enc, reading, params, progress, commit_every, source)
         index_s = _edit_graph(db, part)
     except BaseException:
         db.close()  # an interrupted add (Ctrl-C) leaves no connection that would lock the resume
