@@ -119,6 +119,8 @@ def chat_history(log, chat: str) -> list:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # first: building the parser imports the server's flags, whose module loads mlx.core
+    bind_openblas()
     from targ_mlx.errors import run_cli
 
     return run_cli(setup_arg_parser(), dispatch, argv)

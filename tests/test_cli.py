@@ -159,3 +159,22 @@ def test_ask_chat_and_serve_resume_an_unfinished_build_of_a_named_index(tmp_path
     retriever = open_index([str(out)])()
     assert (out / "manifest.json").is_file() and not partial_dir(out).exists()
     assert retriever.search(rows[0]["question"], 1)[0].title == "notes/lecture.md"
+
+
+def test_targ_ask_binds_openblas_before_anything_loads_mlx():
+    """Building `targ`'s parser imports the server's flags, whose modules load mlx.core: binding
+    OpenBLAS after that leaves MLX on its reference BLAS (~30x slower matmuls on CPU)."""
+    import subprocess
+    import sys
+
+    code = ("import contextlib, io\n"
+            "from targ_mlx import _blas\n"
+            "from targ_mlx.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    try:\n        main(['ask', '--help'])\n"
+            "    except SystemExit:\n        pass\n"
+            "print(_blas.BLAS_STATUS)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    # bound (or found missing, or skipped) while nothing had loaded mlx.core yet
+    assert out.stdout.strip() not in ("not attempted", "") and "imported before" not in out.stdout, out.stdout

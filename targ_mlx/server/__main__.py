@@ -98,8 +98,10 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from targ_mlx import bind_openblas
     from targ_mlx.errors import run_cli
 
+    bind_openblas()  # first: the parser's flags import the app, whose modules load mlx.core
     return run_cli(setup_arg_parser(), serve, argv)
 
 
