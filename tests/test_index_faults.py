@@ -30,7 +30,7 @@ import pytest
 
 from targ_mlx.index import open_retriever
 from targ_mlx.index.lock import holder
-from targ_mlx.index.resume import resume_unfinished
+from targ_mlx.index.unfinished import resume_unfinished
 from targ_mlx.index.store import PASSAGES, partial_dir
 from tests.conftest import _gold_rows, _write_pdf
 

@@ -25,7 +25,7 @@ from targ_mlx.index.errors import (
 )
 from targ_mlx.index.retriever import IndexRetriever, open_retriever
 from targ_mlx.index.merged import open_indexes
-from targ_mlx.index.resume import resume_unfinished, unfinished
+from targ_mlx.index.unfinished import resume_unfinished, unfinished
 from targ_mlx.index.update import add_documents
 from targ_mlx.index.store import HnswParams, IndexInfo, read_manifest
 

@@ -20,7 +20,6 @@ import os
 import shutil
 import sqlite3
 import time
-from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
