@@ -165,3 +165,19 @@ def notes_folder(tmp_path) -> tuple[_Path, list[dict]]:
 def gold_rows():
     """gold_rows(n): the first n NQ-Open gold rows past those in the small index (passages > 400 chars)."""
     return _gold_rows
+
+
+def build_stopped_after_first_commit(corpora: list[str], out: _Path) -> None:
+    """A real build of `corpora` into `out`, stopped (as by Ctrl-C) once its first batch is
+    committed: DIR.partial holds the resume point, DIR does not exist."""
+    from targ_mlx.index import build_index
+
+    class Stop(Exception):
+        pass
+
+    def stop_after_first_commit(done, total):
+        if done:
+            raise Stop
+
+    with _pytest.raises(Stop):
+        build_index(corpora, out, progress=stop_after_first_commit, commit_every=1)

@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from targ_mlx.cli import main
+from tests.conftest import build_stopped_after_first_commit
 
 
 def test_help(capsys):
@@ -141,21 +142,12 @@ def test_ask_chat_and_serve_resume_an_unfinished_build_of_a_named_index(tmp_path
     """`--index DIR` whose build was stopped part-way: the loader ask, chat and serve share
     (`flags.open_index`) finishes that build and opens it, instead of refusing it as unfinished."""
     from targ_mlx.flags import open_index
-    from targ_mlx.index import build_index
     from targ_mlx.index.store import partial_dir
 
     folder, rows = notes_folder
     out = tmp_path / "notes-index"
 
-    class Stop(Exception):
-        pass
-
-    def stop_after_first_commit(done, total):
-        if done:
-            raise Stop
-
-    with pytest.raises(Stop):
-        build_index([str(folder)], out, progress=stop_after_first_commit, commit_every=1)
+    build_stopped_after_first_commit([str(folder)], out)
     retriever = open_index([str(out)])()
     assert (out / "manifest.json").is_file() and not partial_dir(out).exists()
     assert retriever.search(rows[0]["question"], 1)[0].title == "notes/lecture.md"

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from targ_mlx.eval.__main__ import main
-from tests.conftest import SHARED_DATA
+from tests.conftest import SHARED_DATA, build_stopped_after_first_commit
 
 NQ = str(SHARED_DATA / "qa" / "nq_open_dev.jsonl")
 TINY = ["--k-max", "5", "--k", "5", "--max-tokens", "6", "--context-tokens", "64", "--batch-size", "2",
@@ -142,22 +142,13 @@ def test_eval_searches_as_told_records_both_scores_and_a_resumed_run_keeps_its_m
 def test_eval_resumes_an_interrupted_default_index_build(tmp_path, monkeypatch, notes_folder):
     """The default index's build was stopped part-way (its DIR.partial holds the resume point):
     the eval finishes that build and runs, instead of asking for a command the user never ran."""
-    from targ_mlx.index import build_index
     from targ_mlx.index.store import partial_dir
 
     folder, rows = notes_folder
     default = tmp_path / "default-index"
     monkeypatch.setenv("TARG_MLX_INDEX", str(default))
 
-    class Stop(Exception):
-        pass
-
-    def stop_after_first_commit(done, total):
-        if done:
-            raise Stop
-
-    with pytest.raises(Stop):
-        build_index([str(folder)], default, progress=stop_after_first_commit, commit_every=1)
+    build_stopped_after_first_commit([str(folder)], default)
     assert partial_dir(default).is_dir() and not default.exists()
     data = tmp_path / "qa.jsonl"
     data.write_text("".join(json.dumps({"id": f"q{i}", "question": r["question"], "answers": r["answers"]}) + "\n"
