@@ -85,7 +85,8 @@ def open_indexes(paths: Sequence[Path | str], expansion_search: int | None = Non
     hybrid/BM25 form).
 
     Args:
-        retriever: "dense", "bm25" or "hybrid"; None: hybrid where every folder has a BM25 part.
+        retriever: "dense", "bm25" or "hybrid"; None: `retriever_mode`'s choice (dense, or bm25 for
+            BM25-only indexes).
     Its `manifest_id` names the combination, so the decision log tells which indexes answered.
     """
     if not paths:
