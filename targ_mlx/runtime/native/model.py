@@ -20,14 +20,17 @@ import mlx.nn as nn
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
 from targ_mlx.runtime.native import pack
-from targ_mlx.runtime.native.pack import Packed
+from targ_mlx.runtime.native.pack import KBlocks, Packed, Weights
 
 ARCHS = ("llama", "qwen2", "mistral")
 
 
-def _linear(layer: nn.Module) -> tuple[Packed, mx.array | None]:
+def _linear(layer: nn.Module, stored: KBlocks | None = None) -> tuple[Weights, mx.array | None]:
+    """The layer's weights for the kernels (`stored`: its GGUF blocks, used as they are) and bias."""
     bias = getattr(layer, "bias", None) if "bias" in layer else None
-    if isinstance(layer, nn.QuantizedLinear):
+    if stored is not None:
+        p = stored
+    elif isinstance(layer, nn.QuantizedLinear):
         p = pack.from_quantized(layer.weight, layer.scales, layer.biases, layer.bits, layer.group_size)
     elif isinstance(layer, nn.Linear):
         p = pack.from_float(layer.weight)
@@ -36,7 +39,9 @@ def _linear(layer: nn.Module) -> tuple[Packed, mx.array | None]:
     return p, (bias.astype(mx.float32) if bias is not None else None)
 
 
-def _embedding(emb: nn.Module) -> Packed:
+def _embedding(emb: nn.Module, stored: KBlocks | None = None) -> Weights:
+    if stored is not None:
+        return stored
     if isinstance(emb, nn.QuantizedEmbedding):
         return pack.from_quantized(emb.weight, emb.scales, emb.biases, emb.bits, emb.group_size)
     return pack.from_float(emb.weight)
@@ -123,33 +128,33 @@ class SharedPrefixCache(KVCache):
 @dataclass
 class _Layer:
     norm_in: mx.array
-    qkv: list[Packed]  # q|k|v fused; split where their bits differ (see `_fuse`)
+    qkv: list[Weights]  # q|k|v fused; split where their forms differ (see `_fuse`)
     qkv_bias: mx.array | None
-    o: Packed
+    o: Weights
     o_bias: mx.array | None
     norm_post: mx.array
-    gate_up: list[Packed]
+    gate_up: list[Weights]
     gate_up_bias: mx.array | None
-    down: Packed
+    down: Weights
     down_bias: mx.array | None
 
 
-def _fuse(parts: list[Packed]) -> list[Packed]:
-    """Concatenate runs of parts with the same bits. A Q4_K_M file stores q and k in 4 bits and
-    v in 6 (8 here): one fused 8-bit matrix would double q's and k's bytes (and memory reads)."""
-    runs: list[list[Packed]] = []
+def _fuse(parts: list[Weights]) -> list[Weights]:
+    """Concatenate runs of parts of the same form. A Q4_K_M file stores q and k in Q4_K and v
+    in Q6_K: one fused matrix in the wider form would add bytes (and memory reads) to q and k."""
+    runs: list[list[Weights]] = []
     for p in parts:
-        if runs and runs[-1][-1].bits == p.bits:
+        if runs and runs[-1][-1].kind == p.kind:
             runs[-1].append(p)
         else:
             runs.append([p])
     return [pack.concat(r) for r in runs]
 
 
-def _qlinear(N, x: mx.array, parts: list[Packed], bias: mx.array | None) -> mx.array:
+def _qlinear(N, x: mx.array, parts: list[Weights], bias: mx.array | None) -> mx.array:
     if len(parts) == 1:
-        return N.qlinear(x, *parts[0].args(), bias=bias)
-    y = mx.concatenate([N.qlinear(x, *p.args()) for p in parts], axis=-1)
+        return parts[0].linear(N, x, bias=bias)
+    y = mx.concatenate([p.linear(N, x) for p in parts], axis=-1)
     return y if bias is None else y + bias
 
 
@@ -162,24 +167,32 @@ def _cat_bias(parts: list[mx.array | None], sizes: list[int]) -> mx.array | None
 class NativeLM:
     """Forward passes of a decoder on the CPU kernels; see the module docstring."""
 
-    def __init__(self, ops, layers: list[_Layer], embed: Packed, head: Packed, norm: mx.array, eps: float,
+    def __init__(self, ops, layers: list[_Layer], embed: Weights, head: Weights, norm: mx.array, eps: float,
                  n_heads: int, n_kv_heads: int, head_dim: int, scale: float, rope: tuple):
         self.ops, self.layers, self.embed, self.head_w, self.norm, self.eps = ops, layers, embed, head, norm, eps
         self.n_heads, self.n_kv_heads, self.head_dim, self.scale = n_heads, n_kv_heads, head_dim, scale
         self.inv_freq, self.rope_scale, self.traditional, _ = rope
 
     @classmethod
-    def build(cls, model: nn.Module, ops) -> "NativeLM":
+    def build(cls, model: nn.Module, ops, stored: dict[str, KBlocks] | None = None) -> "NativeLM":
+        """stored: GGUF K-quant blocks by module path ("model.layers.0.mlp.down_proj"), which
+        the kernels read as they are instead of the module's own weights."""
         why = unsupported(model)
         if why:
             raise ValueError(f"the CPU kernels do not support this model: {why}")
+        stored = stored or {}
         layers = []
-        for blk in model.model.layers:
+        for i, blk in enumerate(model.model.layers):
             at, mlp = blk.self_attn, blk.mlp
-            (q, qb), (k, kb), (v, vb) = _linear(at.q_proj), _linear(at.k_proj), _linear(at.v_proj)
-            o, ob = _linear(at.o_proj)
-            (g, gb), (u, ub) = _linear(mlp.gate_proj), _linear(mlp.up_proj)
-            d, db = _linear(mlp.down_proj)
+
+            def lin(mod: nn.Module, path: str):
+                return _linear(mod, stored.get(f"model.layers.{i}.{path}"))
+
+            (q, qb), (k, kb), (v, vb) = lin(at.q_proj, "self_attn.q_proj"), lin(at.k_proj, "self_attn.k_proj"), \
+                lin(at.v_proj, "self_attn.v_proj")
+            o, ob = lin(at.o_proj, "self_attn.o_proj")
+            (g, gb), (u, ub) = lin(mlp.gate_proj, "mlp.gate_proj"), lin(mlp.up_proj, "mlp.up_proj")
+            d, db = lin(mlp.down_proj, "mlp.down_proj")
             layers.append(_Layer(
                 norm_in=blk.input_layernorm.weight.astype(mx.float32),
                 qkv=_fuse([q, k, v]), qkv_bias=_cat_bias([qb, kb, vb], [q.shape[0], k.shape[0], v.shape[0]]),
@@ -187,15 +200,15 @@ class NativeLM:
                 gate_up=_fuse([g, u]), gate_up_bias=_cat_bias([gb, ub], [g.shape[0], u.shape[0]]),
                 down=d, down_bias=db,
             ))
-        embed = _embedding(model.model.embed_tokens)
+        embed = _embedding(model.model.embed_tokens, stored.get("model.embed_tokens"))
         lm_head = getattr(model, "lm_head", None)
         tied = lm_head is None or getattr(model.args, "tie_word_embeddings", False)
-        head = embed if tied else _linear(lm_head)[0]
-        mx.eval([p.q for l in layers for p in l.qkv + l.gate_up])
+        head = embed if tied else _linear(lm_head, stored.get("lm_head"))[0]
+        mx.eval(_arrays(layers))
         return cls._over(model, ops, layers, embed, head)
 
     @classmethod
-    def _over(cls, model: nn.Module, ops, layers: list[_Layer], embed: Packed, head: Packed) -> "NativeLM":
+    def _over(cls, model: nn.Module, ops, layers: list[_Layer], embed: Weights, head: Weights) -> "NativeLM":
         args, at0 = model.args, model.model.layers[0].self_attn
         head_dim = at0.head_dim if hasattr(at0, "head_dim") else args.hidden_size // args.num_attention_heads
         lm = cls(ops, layers, embed, head, model.model.norm.weight.astype(mx.float32), float(args.rms_norm_eps),
@@ -220,6 +233,8 @@ class NativeLM:
         for name, x in tops.items():
             if isinstance(x, Packed):
                 out.update({f"{name}.q": x.q, f"{name}.scales": x.scales, f"{name}.biases": x.biases})
+            elif isinstance(x, KBlocks):
+                out.update({f"{name}.blocks": x.blocks, f"{name}.qtype": mx.array(x.qtype, dtype=mx.int32)})
             elif x is not None:
                 out[name] = x
         return out
@@ -227,7 +242,11 @@ class NativeLM:
     @classmethod
     def from_state(cls, model: nn.Module, ops, arrays: dict[str, mx.array]) -> "NativeLM":
         """The engine `build(model)` made, from its `state()`; the model gives only the shapes."""
-        def packed(name: str) -> Packed:
+        def weights(name: str) -> Weights | None:
+            if f"{name}.blocks" in arrays:
+                return KBlocks(arrays[f"{name}.blocks"], int(arrays[f"{name}.qtype"].item()))
+            if f"{name}.q" not in arrays:
+                return None
             q, s = arrays[f"{name}.q"], arrays[f"{name}.scales"]
             return Packed(q, s, arrays[f"{name}.biases"], int(q.shape[1]) * 8 // (int(s.shape[1]) * pack.QG))
 
@@ -236,13 +255,13 @@ class NativeLM:
             kw = {}
             for f in fields(_Layer):
                 name = f"layers.{i}.{f.name}"
-                if f"{name}.0.q" in arrays:
-                    kw[f.name] = [packed(f"{name}.{j}") for j in range(3) if f"{name}.{j}.q" in arrays]
-                else:
-                    kw[f.name] = packed(name) if f"{name}.q" in arrays else arrays.get(name)
+                parts = [w for j in range(3) if (w := weights(f"{name}.{j}")) is not None]
+                kw[f.name] = parts or weights(name)
+                if kw[f.name] is None:
+                    kw[f.name] = arrays.get(name)
             layers.append(_Layer(**kw))
-        embed = packed("embed")
-        return cls._over(model, ops, layers, embed, packed("head") if "head.q" in arrays else embed)
+        embed = weights("embed")
+        return cls._over(model, ops, layers, embed, weights("head") or embed)
 
     @property
     def nbytes(self) -> int:
@@ -265,7 +284,7 @@ class NativeLM:
         """Final-norm hidden states (B, L, H) for tokens (B, L); advances every layer's cache."""
         N = self.ops
         B, L = tokens.shape
-        x = N.embed(tokens, *self.embed.args())
+        x = self.embed.embed(N, tokens)
         pos, pad, hole = self._positions(cache[0])
         cos, sin = N.rope_table(pos, self.inv_freq, B, L, self.rope_scale)
         for layer, c in zip(self.layers, cache):
@@ -278,13 +297,13 @@ class NativeLM:
                                 c.shared_pad, c.shared_hole)
             else:
                 a = N.attention(q, keys, values, self.scale, pad, hole)
-            h = N.qlinear(a, *layer.o.args(), bias=layer.o_bias, residual=x)
+            h = layer.o.linear(N, a, bias=layer.o_bias, residual=x)
             gu = _qlinear(N, N.rms_norm(h, layer.norm_post, self.eps), layer.gate_up, layer.gate_up_bias)
-            x = N.qlinear(N.swiglu(gu), *layer.down.args(), bias=layer.down_bias, residual=h)
+            x = layer.down.linear(N, N.swiglu(gu), bias=layer.down_bias, residual=h)
         return N.rms_norm(x, self.norm, self.eps)
 
     def head(self, h: mx.array) -> mx.array:
-        return self.ops.qlinear(h, *self.head_w.args())
+        return self.head_w.linear(self.ops, h)
 
     def __call__(self, tokens: mx.array, cache: list[Any]) -> mx.array:
         return self.head(self.hidden(tokens, cache))

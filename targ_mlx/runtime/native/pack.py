@@ -41,6 +41,51 @@ class Packed:
     def args(self) -> tuple[mx.array, mx.array, mx.array, int]:
         return self.q, self.scales, self.biases, self.bits
 
+    @property
+    def kind(self) -> tuple:
+        return ("tiles", self.bits)
+
+    def linear(self, ops, x: mx.array, bias: mx.array | None = None, residual: mx.array | None = None) -> mx.array:
+        return ops.qlinear(x, *self.args(), bias=bias, residual=residual)
+
+    def embed(self, ops, ids: mx.array) -> mx.array:
+        return ops.embed(ids, *self.args())
+
+
+# GGML type ids of the K-quant blocks the kernels read as the file stores them (csrc/kquant.h)
+Q4_K, Q6_K = 12, 14
+K_BLOCK_BYTES = {Q4_K: 144, Q6_K: 210}
+
+
+@dataclass(frozen=True)
+class KBlocks:
+    """A matrix as GGUF K-quant super-blocks, row by row: the file's own bytes, read by the
+    kernels without repacking (csrc/kquant.h)."""
+
+    blocks: mx.array  # (N, K / 256 * block bytes) uint8
+    qtype: int  # Q4_K or Q6_K
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return int(self.blocks.shape[0]), int(self.blocks.shape[1]) // K_BLOCK_BYTES[self.qtype] * 256
+
+    @property
+    def nbytes(self) -> int:
+        return self.blocks.nbytes
+
+    @property
+    def kind(self) -> tuple:
+        return ("kquant", self.qtype)
+
+    def linear(self, ops, x: mx.array, bias: mx.array | None = None, residual: mx.array | None = None) -> mx.array:
+        return ops.kqlinear(x, self.blocks, self.qtype, bias=bias, residual=residual)
+
+    def embed(self, ops, ids: mx.array) -> mx.array:
+        return ops.kembed(ids, self.blocks, self.qtype)
+
+
+Weights = Packed | KBlocks
+
 
 def _np_float(a: mx.array) -> np.ndarray:
     if a.dtype == mx.float16:
@@ -138,9 +183,13 @@ def dequantize(p: Packed) -> mx.array:
     return mx.array(vals * np.repeat(s, QG, axis=1) + np.repeat(b, QG, axis=1))
 
 
-def concat(parts: list[Packed]) -> Packed:
+def concat(parts: list[Weights]) -> Weights:
     """Stack matrices along N (fused q|k|v or gate|up). 4-bit parts join 8-bit ones as 8-bit
-    values in 0..15 with the same scales, which is exact."""
+    values in 0..15 with the same scales, which is exact; K-quant blocks join blocks of their type."""
+    if all(isinstance(p, KBlocks) for p in parts):
+        if len({p.qtype for p in parts}) != 1 or len({p.shape[1] for p in parts}) != 1:
+            raise ValueError("concat of K-quant blocks needs one type and one K")
+        return KBlocks(mx.concatenate([p.blocks for p in parts]), parts[0].qtype)
     if len({p.shape[1] for p in parts}) != 1:
         raise ValueError("concat needs the same K for every part")
     bits = max(p.bits for p in parts)

@@ -20,6 +20,7 @@
 #include "mlx/mlx.h"
 #include "mlx/primitives.h"
 
+#include "kquant.h"
 #include "layers.h"
 #include "qgemm.h"
 #include "sampling.h"
@@ -145,6 +146,107 @@ array op_qlinear(const array& x_, const array& q, const array& scales, const arr
   }
   return array(shape, mx::float32, std::make_shared<QLinear>(cpu_stream(), bits, bias.has_value(), residual.has_value()),
                ins);
+}
+
+// ---------------------------------------------------------------------------------------------
+// K-quant blocks as stored (kquant.h): blocks is (N, K/256 * block bytes) uint8, type a GGML id.
+targ::KMat kmat(const array& blocks, int type) {
+  targ::KMat w;
+  w.b = blocks.data<uint8_t>();
+  w.type = type;
+  w.N = blocks.shape(0);
+  w.K = blocks.shape(1) / targ::kblock_bytes(type) * targ::QK;
+  return w;
+}
+
+void check_kblocks(const array& blocks, int type, const char* op) {
+  if (type != targ::kQ4K && type != targ::kQ6K)
+    throw std::invalid_argument(std::string(op) + ": type must be 12 (Q4_K) or 14 (Q6_K)");
+  if (blocks.dtype() != mx::uint8 || blocks.ndim() != 2 || blocks.shape(1) % targ::kblock_bytes(type))
+    throw std::invalid_argument(std::string(op) + ": blocks must be a 2-D uint8 array of whole super-blocks per row");
+}
+
+class KQLinear : public mx::Primitive {
+ public:
+  KQLinear(mx::Stream s, int type, bool has_bias, bool has_res) : Primitive(s), type_(type), bias_(has_bias), res_(has_res) {}
+  void eval_cpu(const std::vector<array>& in, std::vector<array>& outs) override {
+    array& out = outs[0];
+    alloc(out);
+    auto& enc = mx::cpu::get_command_encoder(stream());
+    std::vector<array> ins;
+    for (auto& a : in) ins.push_back(array::unsafe_weak_copy(a));
+    enc.dispatch([ins = std::move(ins), out = array::unsafe_weak_copy(out), type = type_, hb = bias_, hr = res_]() mutable {
+      std::shared_ptr<std::vector<float>> hx, hr_;
+      const array& x = ins[0];
+      const float* xp = contiguous_f32(x, hx);
+      targ::KMat W = kmat(ins[1], type);
+      int M = (int)(x.size() / W.K);
+      const float* bias = hb ? ins[2].data<float>() : nullptr;
+      const float* res = hr ? contiguous_f32(ins[hb ? 3 : 2], hr_) : nullptr;
+      targ::kqgemm(W, xp, M, out.data<float>(), W.N, res, bias);
+    });
+  }
+  bool is_equivalent(const Primitive& o) const override {
+    auto& p = static_cast<const KQLinear&>(o);
+    return type_ == p.type_ && bias_ == p.bias_ && res_ == p.res_;
+  }
+  std::vector<mx::Shape> output_shapes(const std::vector<array>& in) override {
+    auto s = in[0].shape();
+    s.back() = in[1].shape(0);
+    return {s};
+  }
+  TARG_PRIMITIVE_COMMON(TargKQLinear)
+ private:
+  int type_;
+  bool bias_, res_;
+};
+
+array op_kqlinear(const array& x_, const array& blocks, int type, std::optional<array> bias, std::optional<array> residual) {
+  check_kblocks(blocks, type, "kqlinear");
+  array x = as_f32(x_);
+  int K = blocks.shape(1) / targ::kblock_bytes(type) * targ::QK;
+  if (x.ndim() < 1 || x.shape(-1) != K) {
+    std::ostringstream m;
+    m << "kqlinear: input's last dimension is " << (x.ndim() ? x.shape(-1) : 0) << ", the weights expect " << K;
+    throw std::invalid_argument(m.str());
+  }
+  auto shape = x.shape();
+  shape.back() = blocks.shape(0);
+  std::vector<array> ins = {x, blocks};
+  if (bias) ins.push_back(as_f32(*bias));
+  if (residual) {
+    if (residual->shape() != shape) throw std::invalid_argument("kqlinear: residual must have the output's shape");
+    ins.push_back(as_f32(*residual));
+  }
+  return array(shape, mx::float32, std::make_shared<KQLinear>(cpu_stream(), type, bias.has_value(), residual.has_value()),
+               ins);
+}
+
+class KEmbed : public mx::UnaryPrimitive {
+ public:
+  KEmbed(mx::Stream s, int type) : UnaryPrimitive(s), type_(type) {}
+  void eval_cpu(const std::vector<array>& in, array& out) override {
+    alloc(out);
+    auto& enc = mx::cpu::get_command_encoder(stream());
+    std::vector<array> ins;
+    for (auto& a : in) ins.push_back(array::unsafe_weak_copy(a));
+    enc.dispatch([ins = std::move(ins), out = array::unsafe_weak_copy(out), type = type_]() mutable {
+      targ::kembed(kmat(ins[1], type), ins[0].data<int32_t>(), (int)ins[0].size(), out.data<float>());
+    });
+  }
+  void eval_gpu(const std::vector<array>&, array&) override { throw std::runtime_error("TargKEmbed runs on the CPU only"); }
+  const char* name() const override { return "TargKEmbed"; }
+  bool is_equivalent(const Primitive& o) const override { return type_ == static_cast<const KEmbed&>(o).type_; }
+ private:
+  int type_;
+};
+
+array op_kembed(const array& ids, const array& blocks, int type) {
+  check_kblocks(blocks, type, "kembed");
+  auto s = ids.shape();
+  s.push_back(blocks.shape(1) / targ::kblock_bytes(type) * targ::QK);
+  array i = mx::contiguous(mx::astype(ids, mx::int32, cpu_stream()), false, cpu_stream());
+  return array(s, mx::float32, std::make_shared<KEmbed>(cpu_stream(), type), {i, blocks});
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -479,6 +581,10 @@ NB_MODULE(_targ_native, m) {
   m.def("qlinear", &op_qlinear, nb::arg("x"), nb::arg("q"), nb::arg("scales"), nb::arg("biases"), nb::arg("bits"),
         nb::arg("bias") = nb::none(), nb::arg("residual") = nb::none(),
         "x @ W.T (+ bias) (+ residual) for packed 4/8-bit W; float32 out");
+  m.def("kqlinear", &op_kqlinear, nb::arg("x"), nb::arg("blocks"), nb::arg("type"), nb::arg("bias") = nb::none(),
+        nb::arg("residual") = nb::none(), "x @ W.T (+ bias) (+ residual) for W as GGUF Q4_K/Q6_K blocks; float32 out");
+  m.def("kembed", &op_kembed, nb::arg("ids"), nb::arg("blocks"), nb::arg("type"),
+        "rows of GGUF Q4_K/Q6_K blocks, dequantized as gguf.quants does");
   m.def("rms_norm", &op_rms_norm, nb::arg("x"), nb::arg("weight"), nb::arg("eps"));
   m.def("add_rms_norm", &op_add_rms_norm, nb::arg("x"), nb::arg("r"), nb::arg("weight"), nb::arg("eps"),
         "(h, rms_norm(h)) with h = x + r");

@@ -1,0 +1,139 @@
+"""K-quant blocks as the GGUF file stores them (csrc/kquant.h, pack.KBlocks).
+
+Blocks here are random bytes laid out as Q4_K and Q6_K super-blocks (any bytes are valid blocks
+once the float16 scales are finite), so every bit pattern of the scales, mins and values is
+exercised; gguf-py's `gguf.quants.dequantize` is the reference.
+"""
+
+import sys
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType
+from gguf.quants import dequantize
+from mlx_lm.models import qwen2
+from mlx_lm.models.cache import make_prompt_cache
+
+from targ_mlx.runtime import native
+from targ_mlx.runtime.native import pack
+from targ_mlx.runtime.native.model import NativeLM
+from targ_mlx.runtime.native.pack import KBlocks
+
+pytestmark = pytest.mark.skipif(sys.platform == "darwin", reason="the CPU kernels are for CPU-only MLX (Linux)")
+
+TYPES = {pack.Q4_K: GGMLQuantizationType.Q4_K, pack.Q6_K: GGMLQuantizationType.Q6_K}
+
+
+@pytest.fixture(scope="module")
+def N():
+    ops = native.module()
+    assert ops is not None, f"CPU kernels unavailable: {native.status()}"
+    return ops
+
+
+def random_blocks(rng, qtype: int, n: int, k: int, scale: float = 1e-4) -> np.ndarray:
+    """(n, k/256 * block bytes) random blocks whose float16 scales are in [scale/2, 3*scale/2)."""
+    nb = k // 256
+    b = rng.integers(0, 256, (n, nb, pack.K_BLOCK_BYTES[qtype]), dtype=np.uint8)
+    f16 = lambda: rng.uniform(scale / 2, 1.5 * scale, (n, nb, 1)).astype(np.float16).view(np.uint8)
+    if qtype == pack.Q4_K:
+        d = rng.uniform(scale / 2, 1.5 * scale, (n, nb, 1))
+        # dmin = 7.5 d centres the values (q - 7.5 on average) as a real file's are
+        b[:, :, 0:2], b[:, :, 2:4] = (d.astype(np.float16).view(np.uint8), (7.5 * d).astype(np.float16).view(np.uint8))
+    else:
+        b[:, :, 208:210] = f16() if scale else 0  # d
+    return b.reshape(n, -1)
+
+
+def deq(blocks: np.ndarray, qtype: int) -> np.ndarray:
+    return dequantize(blocks, TYPES[qtype]).astype(np.float32).reshape(blocks.shape[0], -1)
+
+
+def rel_err(a, b):
+    return float(np.abs(np.asarray(a) - b).max() / (np.abs(b).max() + 1e-12))
+
+
+@pytest.mark.parametrize("qtype", [pack.Q4_K, pack.Q6_K])
+def test_rows_dequantize_bit_exactly_as_gguf_py_does(N, qtype):
+    rng = np.random.default_rng(qtype)
+    blocks = random_blocks(rng, qtype, 40, 512, scale=0.05)
+    ref = deq(blocks, qtype)
+    got = np.array(N.kembed(mx.array([3, 0, 39, 3]), mx.array(blocks), qtype))
+    assert np.array_equal(got.view(np.uint32), ref[[3, 0, 39, 3]].view(np.uint32))
+
+
+@pytest.mark.parametrize("qtype", [pack.Q4_K, pack.Q6_K])
+@pytest.mark.parametrize("K", [256, 1536])
+def test_kqlinear_matches_the_dequantized_matmul(N, qtype, K):
+    rng = np.random.default_rng(K + qtype)
+    blocks = random_blocks(rng, qtype, 48, K)
+    W = deq(blocks, qtype)
+    bias, res = rng.standard_normal(48).astype(np.float32), rng.standard_normal((9, 48)).astype(np.float32)
+    for M in (1, 2, 3, 4, 5, 9):  # every number of rows the kernel takes together, and a remainder
+        x = rng.standard_normal((M, K)).astype(np.float32)
+        # int8 activations per 256 (as llama.cpp's Q8_K): ~1% of the output's range on random data
+        assert rel_err(N.kqlinear(mx.array(x), mx.array(blocks), qtype), x @ W.T) < 0.03
+    y = N.kqlinear(mx.array(x), mx.array(blocks), qtype, bias=mx.array(bias), residual=mx.array(res))
+    assert rel_err(y, x @ W.T + bias + res) < 0.03
+
+
+@pytest.mark.parametrize("qtype", [pack.Q4_K, pack.Q6_K])
+def test_kqlinear_rows_do_not_depend_on_the_batch(N, qtype):
+    rng = np.random.default_rng(7)
+    blocks = mx.array(random_blocks(rng, qtype, 300, 768))
+    x = mx.array(rng.standard_normal((11, 768)).astype(np.float32))
+    full = N.kqlinear(x, blocks, qtype)
+    for i in range(11):
+        assert mx.array_equal(N.kqlinear(x[i : i + 1], blocks, qtype)[0], full[i])
+
+
+def test_bad_blocks_are_one_line_errors(N):
+    with pytest.raises(ValueError, match="type must be 12"):
+        N.kqlinear(mx.zeros((1, 256)), mx.zeros((4, 144), dtype=mx.uint8), 13)
+    with pytest.raises(ValueError, match="whole super-blocks"):
+        N.kqlinear(mx.zeros((1, 256)), mx.zeros((4, 100), dtype=mx.uint8), pack.Q4_K)
+    with pytest.raises(ValueError, match="weights expect 256"):
+        N.kqlinear(mx.zeros((1, 300)), mx.zeros((4, 144), dtype=mx.uint8), pack.Q4_K)
+
+
+def tiny_qwen(rng):
+    """A 2-layer qwen2 whose every matrix is random K-quant blocks, laid out as a Q4_K_M file
+    lays them out (q, k, o, gate, up in Q4_K; v and down in Q6_K, as in alternate layers there;
+    the embedding Q4_K and the output Q6_K), and the same model with the blocks dequantized."""
+    args = qwen2.ModelArgs(model_type="qwen2", hidden_size=256, num_hidden_layers=2, intermediate_size=512,
+                           num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-6, vocab_size=320,
+                           tie_word_embeddings=False)
+    model = qwen2.Model(args)
+    stored, weights = {}, {}
+    shapes = {"self_attn.q_proj": (256, pack.Q4_K), "self_attn.k_proj": (128, pack.Q4_K),
+              "self_attn.v_proj": (128, pack.Q6_K), "self_attn.o_proj": (256, pack.Q4_K),
+              "mlp.gate_proj": (512, pack.Q4_K), "mlp.up_proj": (512, pack.Q4_K), "mlp.down_proj": (256, pack.Q6_K)}
+    for i in range(2):
+        for name, (n, qtype) in shapes.items():
+            k = 512 if name == "mlp.down_proj" else 256
+            stored[f"model.layers.{i}.{name}"] = (qtype, random_blocks(rng, qtype, n, k, 2e-4 if qtype == pack.Q4_K else 2e-5))
+    stored["model.embed_tokens"] = (pack.Q4_K, random_blocks(rng, pack.Q4_K, 320, 256, 1e-3))
+    stored["lm_head"] = (pack.Q6_K, random_blocks(rng, pack.Q6_K, 320, 256, 1e-4))
+    for path, (qtype, b) in stored.items():
+        weights[f"{path}.weight"] = mx.array(deq(b, qtype))
+    model.load_weights(list(weights.items()), strict=False)
+    mx.eval(model.parameters())
+    return model, {p: KBlocks(mx.array(b), t) for p, (t, b) in stored.items()}
+
+
+def test_a_model_on_stored_blocks_matches_mlx_lm_and_keeps_rows_independent(N):
+    model, stored = tiny_qwen(np.random.default_rng(0))
+    lm = NativeLM.build(model, N, stored)
+    assert all(isinstance(p, KBlocks) for p in lm.layers[0].qkv + lm.layers[0].gate_up + [lm.embed, lm.head_w])
+    assert [p.qtype for p in lm.layers[0].qkv] == [pack.Q4_K, pack.Q6_K]  # q|k fused, v apart
+    assert lm.nbytes == sum(b.nbytes for b in stored.values())  # the file's own bytes, nothing more
+    tokens = mx.array(np.random.default_rng(1).integers(0, 320, (3, 12)), dtype=mx.int32)
+    ref = model(tokens, make_prompt_cache(model))
+    got = lm(tokens, make_prompt_cache(model))
+    assert rel_err(got, np.array(ref)) < 0.05
+    for i in range(3):  # the skip == Never identity rests on this
+        assert mx.array_equal(lm(tokens[i : i + 1], make_prompt_cache(model))[0], got[i])
+    # the repack cache's round trip
+    again = NativeLM.from_state(model, N, lm.state())
+    assert mx.array_equal(again(tokens, make_prompt_cache(model)), got)
