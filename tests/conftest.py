@@ -23,6 +23,9 @@ def _isolated_user_files(tmp_path, monkeypatch, _session_cache):
     monkeypatch.setenv("TARG_MLX_CONFIG", str(tmp_path / "user-config.toml"))
     monkeypatch.setenv("TARG_MLX_DB", str(tmp_path / "user-decisions.db"))
     monkeypatch.setenv("TARG_MLX_CACHE", str(_session_cache))
+    # SmolLM2 is the suite's model wherever a test does not name one (the apps' default is the
+    # 1.5B where it is installed): tests about the 1.5B name it (test_qwen15b.py)
+    monkeypatch.setenv("TARG_MLX_MODEL", "smollm2-135m")
 
 
 @pytest.fixture(scope="session")

@@ -234,3 +234,22 @@ def test_save_tau_refuses_to_rewrite_a_broken_file(tmp_path):
     with pytest.raises(ValueError, match="Unknown config key: modle"):
         save_tau("m", "margin", 0.3, path)
     assert path.read_text() == "modle = 'x'\n"
+
+
+def test_default_model_is_the_1_5b_where_installed_else_smollm2_said_once(monkeypatch, capsys):
+    from targ_mlx import config
+    from targ_mlx.defaults import DEFAULT_MODEL, SMALL_MODEL
+    from targ_mlx.runtime.model_spec import installed
+
+    assert config.Config().model == SMALL_MODEL  # the suite pins its model (conftest)
+    monkeypatch.delenv("TARG_MLX_MODEL")
+    monkeypatch.setattr(config, "_noted_fallback", False)
+    expected = DEFAULT_MODEL if installed(DEFAULT_MODEL) else SMALL_MODEL
+    assert config.Config().model == config.Config().model == expected
+    err = capsys.readouterr().err
+    if expected == SMALL_MODEL:  # named once, with the command that installs the 1.5B
+        assert err.count("note: qwen2.5-coder-1.5b is not installed (pip install 'targ-mlx[qwen15b]'") == 1
+    else:
+        assert err == ""
+    monkeypatch.setenv("TARG_MLX_MODEL", "some/repo")
+    assert config.Config().model == "some/repo"

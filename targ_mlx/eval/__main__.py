@@ -36,7 +36,8 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--index", help="index folder (default: the offline default index)")
     p.add_argument("--retriever", choices=RETRIEVERS,
                    help="how the index is searched (default: hybrid where it has a BM25 part, else dense)")
-    p.add_argument("--model", default=None, help="alias (smollm2-135m, default), .gguf path, MLX folder or mlx-lm repo id")
+    p.add_argument("--model", default=None, help="alias (qwen2.5-coder-1.5b: the default where installed; smollm2-135m), .gguf path, "
+                   "MLX folder or mlx-lm repo id")
     p.add_argument("--output-dir", required=True, help="where records, tables and plots go (one subfolder per dataset when several)")
     p.add_argument("--prompt", choices=("paper", "short"), default="short", help="prompt style (default short: few-shot short answers)")
     p.add_argument("--k", type=int, default=DEFAULT_K, help=f"prefix length of the headline table (default {DEFAULT_K})")
@@ -113,7 +114,7 @@ def _versions() -> dict:
 
 def evaluate_dataset(name, items, args, out: Path, bb, retriever, log, session) -> dict:
     from targ_mlx.eval import report
-    from targ_mlx.defaults import DEFAULT_MODEL
+    from targ_mlx.config import default_model
     from targ_mlx.eval.record import fill_scores
     from targ_mlx.eval.run import in_item_order, latency_items, read_jsonl, run_latency, run_records, write_jsonl
 
@@ -155,7 +156,7 @@ def evaluate_dataset(name, items, args, out: Path, bb, retriever, log, session) 
     records = in_item_order(out / "records.jsonl", items)
     prev = out / "config.json"
     old = json.loads(prev.read_text()) if prev.is_file() else {}  # the config of the run that made the records
-    model = bb.model_id if bb is not None else old.get("model") or args.model or DEFAULT_MODEL
+    model = bb.model_id if bb is not None else old.get("model") or args.model or default_model()
     if fill_scores(records, model, s.beta):  # a gate registered after the records were made
         write_jsonl(out / "records.jsonl", records)
     latency = {r["id"]: r for r in read_jsonl(out / "latency.jsonl")}
@@ -259,7 +260,8 @@ def run(args) -> int:
     session = f"eval-{uuid.uuid4().hex[:8]}"
     if not args.report_only:
         from targ_mlx import index
-        from targ_mlx.runtime.backbone import DEFAULT_MODEL, load_backbone
+        from targ_mlx.config import default_model
+        from targ_mlx.runtime.backbone import load_backbone
 
         from targ_mlx.index.progress import ProgressBar
 
@@ -268,7 +270,7 @@ def run(args) -> int:
         args.index = folder
         args.retriever = args.retriever or _resumed_retriever(root, [n for n, _ in sets])
         retriever = index.open_indexes([folder], retriever=args.retriever)
-        bb = load_backbone(args.model or DEFAULT_MODEL)
+        bb = load_backbone(args.model or default_model())
         if args.db:
             from targ_mlx.decision_log import DecisionLog
 

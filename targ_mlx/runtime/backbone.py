@@ -19,7 +19,6 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from targ_mlx import _blas
 from targ_mlx.runtime import native
-from targ_mlx.defaults import DEFAULT_MODEL
 from targ_mlx.runtime.engine import Engine, MlxLMEngine
 from targ_mlx.errors import ModelLoadError
 from targ_mlx.runtime.model_spec import ALIASES, alias_path, model_key
@@ -97,18 +96,23 @@ class Backbone:
         return self.engine.select(logits, inv_temp, u)
 
 
-def load_backbone(spec: str = DEFAULT_MODEL, dtype: str = "auto", kernels: bool | None = None) -> Backbone:
+def load_backbone(spec: str | None = None, dtype: str = "auto", kernels: bool | None = None) -> Backbone:
     """Load a model by alias, GGUF path, local MLX folder or Hugging Face repo id.
 
     Args:
-        spec: "smollm2-135m" (offline default), a path to a .gguf file, a folder holding an
-            MLX model, or an mlx-lm repo id such as "mlx-community/Qwen2.5-7B-Instruct-4bit".
+        spec: an offline alias ("qwen2.5-coder-1.5b", "smollm2-135m"), a path to a .gguf file,
+            a folder holding an MLX model, or an mlx-lm repo id such as
+            "mlx-community/Qwen2.5-7B-Instruct-4bit"; None: `config.default_model()`.
         dtype: for GGUF files: "auto" (the file's quantization under the CPU kernels, else
             float32 for small models on CPU), "float32", "float16", "bfloat16" or "quantized".
         kernels: run on targ_mlx's CPU kernels (`targ_mlx.runtime.native`); None means "where they
             help": a CPU-only MLX, dtype "auto" or "quantized", and a supported architecture.
     """
-    if not spec or not spec.strip():
+    if spec is None:
+        from targ_mlx.config import default_model
+
+        spec = default_model()
+    if not spec.strip():
         raise ModelLoadError("empty model spec; pass an alias (smollm2-135m), a .gguf path or an mlx-lm repo id")
     # None: where they were measured faster (native.ops()); True: by name, whatever the measurement
     kmod = native.ops() if kernels is None else native.module() if kernels else None

@@ -40,6 +40,17 @@ def alias_path(name: str) -> str:
     return packaged_file(name, entry["package"], entry["file"], entry["install"])
 
 
+def installed(name: str) -> bool:
+    """Whether an offline alias's file is there (joined, or every part installed); loads nothing."""
+    entry = ALIASES[name]
+    if "parts" not in entry:
+        return package_dir(entry["package"]) is not None
+    spec = entry["parts"]
+    if joined_path(spec).is_file():
+        return True
+    return all(package_dir(spec.package.format(n=n)) is not None for n in range(1, spec.count + 1))
+
+
 def _alias_of(path: str) -> str | None:
     """The alias whose file `path` is; never joins or installs anything."""
     for name, entry in ALIASES.items():

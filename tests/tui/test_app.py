@@ -177,6 +177,22 @@ async def test_budget_sets_tau_from_logged_quantile(backbone, retriever, log, tm
         assert app.assistant.settings.tau == budget_threshold(us, 0.2)
 
 
+async def test_a_whole_answer_streams_past_the_papers_cap_and_ends_at_its_stop_token(backbone, retriever, log,
+                                                                                      tmp_path):
+    """The apps answer up to DEFAULT_MAX_TOKENS (256), not the eval's 32: the answer here is ~150
+    tokens and ends because the model said so, not because a cap cut it."""
+    from targ_mlx.defaults import DEFAULT_MAX_TOKENS, PAPER_MAX_TOKENS
+
+    app = chat_app(backbone, retriever, log, tmp_path, gate="never", max_tokens=DEFAULT_MAX_TOKENS)
+    async with app.run_test(size=SIZE) as pilot:
+        await ask(app, pilot, "why is the sky blue")
+        answer = app.query_one(ChatLog).answers()[-1]
+        row = log.get(answer.decision_id)
+        assert row["finish_reason"] == "stop"
+        assert PAPER_MAX_TOKENS < row["tok_output"] < DEFAULT_MAX_TOKENS
+        assert "(stopped)" not in answer.render().plain
+
+
 async def test_escape_cancels_generation(backbone, retriever, log, tmp_path):
     app = chat_app(backbone, retriever, log, tmp_path, gate="never", max_tokens=300)
     async with app.run_test(size=SIZE) as pilot:

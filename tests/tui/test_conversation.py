@@ -9,7 +9,8 @@ import pytest
 from rich.console import Console
 
 from targ_mlx.assistant import Assistant, Settings
-from targ_mlx.config import CALIBRATED_TAU, DEFAULT_MODEL, Config
+from targ_mlx.config import CALIBRATED_TAU, Config
+from targ_mlx.defaults import SMALL_MODEL
 from targ_mlx.decision_log import DecisionLog
 from tui.app import make_app
 from tui.widgets import ChatLog, DecisionPanel, MessageView, SourcesPanel, StatusBar
@@ -103,9 +104,9 @@ def status_for(app) -> str:
 
 async def test_status_bar_says_whether_tau_is_calibrated(backbone, art_retriever, log, tmp_path):
     cfg = Config()
-    assert backbone.model_id == DEFAULT_MODEL
-    tau = cfg.tau_for(DEFAULT_MODEL, "margin")
-    assert tau == CALIBRATED_TAU[DEFAULT_MODEL]["margin"]
+    assert backbone.model_id == SMALL_MODEL
+    tau = cfg.tau_for(SMALL_MODEL, "margin")
+    assert tau == CALIBRATED_TAU[SMALL_MODEL]["margin"]
     app = chat_app(backbone, art_retriever, log, tmp_path, gate="margin", tau=tau)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
