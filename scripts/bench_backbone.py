@@ -6,6 +6,8 @@ are taken per round (the machine is shared and noisy), medians reported. Variant
 
     kernels         the default on CPU: the GGUF's own 4/8-bit weights on targ_mlx.runtime.native
     kernels-batch6  the same, 6 rows decoded together (the variance gate's draft)
+    kernels-tiles   the kernels with every K-quant matrix repacked into 16-column tiles
+                    (TARG_MLX_KQUANT=repacked), to compare with the blocks read as stored
     mlx-fp32        mlx-lm's own layers, weights dequantized to float32, OpenBLAS (no kernels)
     mlx-q4          mlx-lm's own quantized layers (MLX's CPU quantized matmul; no kernels)
 
@@ -111,7 +113,7 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--variants", default="kernels,kernels-batch6,mlx-fp32",
-                    help="comma list of kernels | kernels-batch6 | mlx-fp32 | mlx-q4")
+                    help="comma list of kernels | kernels-batch6 | kernels-tiles | mlx-fp32 | mlx-q4")
     ap.add_argument("--extra-bufts", action="store_true",
                     help="let llama.cpp use AMX/repacked buffers (crashes in VMs without AMX tile state)")
     ap.add_argument("--output-dir", default="runs/bench_backbone")
@@ -125,6 +127,10 @@ def main(argv=None):
     if native.module() is None:
         sys.exit(f"the CPU kernels are unavailable: {native.status()}")
     models = {"kernels": load_backbone(args.model, kernels=True)}  # by name, whatever native.ops() chose
+    if "kernels-tiles" in variants:
+        os.environ["TARG_MLX_KQUANT"] = "repacked"  # read when the model loads
+        models["kernels-tiles"] = load_backbone(args.model, kernels=True)
+        del os.environ["TARG_MLX_KQUANT"]
     if "mlx-fp32" in variants:
         models["mlx-fp32"] = load_backbone(args.model, dtype="float32", kernels=False)
     if "mlx-q4" in variants:
@@ -137,7 +143,7 @@ def main(argv=None):
     for r in range(args.rounds + 1):  # round 0 warms caches and is dropped
         ref = llama_round(llm, prompt, args.decode_tokens)
         for v in variants:
-            bb = models["kernels" if v.startswith("kernels") else v]
+            bb = models[v if v in models else "kernels"]
             batch = 6 if v.endswith("batch6") else 1
             got = mlx_round(bb, prompt, args.decode_tokens, batch)
             ref2 = llama_round(llm, prompt, args.decode_tokens)  # bracket each MLX run

@@ -81,74 +81,6 @@ void check_packed(const array& q, const array& scales, const array& biases, int 
     throw std::invalid_argument(std::string(op) + ": scales/biases must be (N, K/32)");
 }
 
-array as_f32(const array& x) { return x.dtype() == mx::float32 ? x : mx::astype(x, mx::float32, cpu_stream()); }
-
-#define TARG_PRIMITIVE_COMMON(NAME)                                                     \
-  void eval_gpu(const std::vector<array>&, std::vector<array>&) override {            \
-    throw std::runtime_error(#NAME " runs on the CPU only");                          \
-  }                                                                                   \
-  const char* name() const override { return #NAME; }
-
-// ---------------------------------------------------------------------------------------------
-class QLinear : public mx::Primitive {
- public:
-  QLinear(mx::Stream s, int bits, bool has_bias, bool has_res)
-      : Primitive(s), bits_(bits), bias_(has_bias), res_(has_res) {}
-  void eval_cpu(const std::vector<array>& in, std::vector<array>& outs) override {
-    array& out = outs[0];
-    alloc(out);
-    auto& enc = mx::cpu::get_command_encoder(stream());
-    std::vector<array> ins;
-    for (auto& a : in) ins.push_back(array::unsafe_weak_copy(a));
-    enc.dispatch([ins = std::move(ins), out = array::unsafe_weak_copy(out), bits = bits_, hb = bias_, hr = res_]() mutable {
-      std::shared_ptr<std::vector<float>> hx, hr_;
-      const array& x = ins[0];
-      const float* xp = contiguous_f32(x, hx);
-      targ::QMat W = qmat(ins[1], ins[2], ins[3], bits);
-      int M = (int)(x.size() / W.K);
-      const float* bias = hb ? ins[4].data<float>() : nullptr;
-      const float* res = hr ? contiguous_f32(ins[hb ? 5 : 4], hr_) : nullptr;
-      targ::qgemm(W, xp, M, out.data<float>(), W.N, res, bias);
-    });
-  }
-  bool is_equivalent(const Primitive& o) const override {
-    auto& p = static_cast<const QLinear&>(o);
-    return bits_ == p.bits_ && bias_ == p.bias_ && res_ == p.res_;
-  }
-  std::vector<mx::Shape> output_shapes(const std::vector<array>& in) override {
-    auto s = in[0].shape();
-    s.back() = in[1].shape(0);
-    return {s};
-  }
-  TARG_PRIMITIVE_COMMON(TargQLinear)
- private:
-  int bits_;
-  bool bias_, res_;
-};
-
-array op_qlinear(const array& x_, const array& q, const array& scales, const array& biases, int bits,
-              std::optional<array> bias, std::optional<array> residual) {
-  check_packed(q, scales, biases, bits, "qlinear");
-  array x = as_f32(x_);
-  int K = q.shape(1) * 8 / bits;
-  if (x.ndim() < 1 || x.shape(-1) != K) {
-    std::ostringstream m;
-    m << "qlinear: input's last dimension is " << (x.ndim() ? x.shape(-1) : 0) << ", the weights expect " << K;
-    throw std::invalid_argument(m.str());
-  }
-  auto shape = x.shape();
-  shape.back() = q.shape(0);
-  std::vector<array> ins = {x, q, scales, biases};
-  if (bias) ins.push_back(as_f32(*bias));
-  if (residual) {
-    if (residual->shape() != shape) throw std::invalid_argument("qlinear: residual must have the output's shape");
-    ins.push_back(as_f32(*residual));
-  }
-  return array(shape, mx::float32, std::make_shared<QLinear>(cpu_stream(), bits, bias.has_value(), residual.has_value()),
-               ins);
-}
-
-// ---------------------------------------------------------------------------------------------
 // K-quant blocks as stored (kquant.h): blocks is (N, K/256 * block bytes) uint8, type a GGML id.
 targ::KMat kmat(const array& blocks, int type) {
   targ::KMat w;
@@ -166,60 +98,92 @@ void check_kblocks(const array& blocks, int type, const char* op) {
     throw std::invalid_argument(std::string(op) + ": blocks must be a 2-D uint8 array of whole super-blocks per row");
 }
 
-class KQLinear : public mx::Primitive {
+array as_f32(const array& x) { return x.dtype() == mx::float32 ? x : mx::astype(x, mx::float32, cpu_stream()); }
+
+#define TARG_PRIMITIVE_COMMON(NAME)                                                     \
+  void eval_gpu(const std::vector<array>&, std::vector<array>&) override {            \
+    throw std::runtime_error(#NAME " runs on the CPU only");                          \
+  }                                                                                   \
+  const char* name() const override { return #NAME; }
+
+// ---------------------------------------------------------------------------------------------
+// y = x W^T (+ bias) (+ residual) for W in either form the kernels read: 16-column tiles (form =
+// bits, 4 or 8; inputs q, scales, biases) or K-quant blocks as stored (form = GGML type 12 or
+// 14; input blocks).
+class QLinear : public mx::Primitive {
  public:
-  KQLinear(mx::Stream s, int type, bool has_bias, bool has_res) : Primitive(s), type_(type), bias_(has_bias), res_(has_res) {}
+  QLinear(mx::Stream s, int form, bool has_bias, bool has_res)
+      : Primitive(s), form_(form), bias_(has_bias), res_(has_res) {}
+  static bool kquant(int form) { return form == targ::kQ4K || form == targ::kQ6K; }
   void eval_cpu(const std::vector<array>& in, std::vector<array>& outs) override {
     array& out = outs[0];
     alloc(out);
     auto& enc = mx::cpu::get_command_encoder(stream());
     std::vector<array> ins;
     for (auto& a : in) ins.push_back(array::unsafe_weak_copy(a));
-    enc.dispatch([ins = std::move(ins), out = array::unsafe_weak_copy(out), type = type_, hb = bias_, hr = res_]() mutable {
+    enc.dispatch([ins = std::move(ins), out = array::unsafe_weak_copy(out), form = form_, hb = bias_, hr = res_]() mutable {
       std::shared_ptr<std::vector<float>> hx, hr_;
       const array& x = ins[0];
       const float* xp = contiguous_f32(x, hx);
-      targ::KMat W = kmat(ins[1], type);
-      int M = (int)(x.size() / W.K);
-      const float* bias = hb ? ins[2].data<float>() : nullptr;
-      const float* res = hr ? contiguous_f32(ins[hb ? 3 : 2], hr_) : nullptr;
-      targ::kqgemm(W, xp, M, out.data<float>(), W.N, res, bias);
+      const int nw = kquant(form) ? 1 : 3;  // weight inputs after x
+      const float* bias = hb ? ins[1 + nw].data<float>() : nullptr;
+      const float* res = hr ? contiguous_f32(ins[1 + nw + hb], hr_) : nullptr;
+      if (kquant(form)) {
+        targ::KMat W = kmat(ins[1], form);
+        targ::kqgemm(W, xp, (int)(x.size() / W.K), out.data<float>(), W.N, res, bias);
+      } else {
+        targ::QMat W = qmat(ins[1], ins[2], ins[3], form);
+        targ::qgemm(W, xp, (int)(x.size() / W.K), out.data<float>(), W.N, res, bias);
+      }
     });
   }
   bool is_equivalent(const Primitive& o) const override {
-    auto& p = static_cast<const KQLinear&>(o);
-    return type_ == p.type_ && bias_ == p.bias_ && res_ == p.res_;
+    auto& p = static_cast<const QLinear&>(o);
+    return form_ == p.form_ && bias_ == p.bias_ && res_ == p.res_;
   }
   std::vector<mx::Shape> output_shapes(const std::vector<array>& in) override {
     auto s = in[0].shape();
     s.back() = in[1].shape(0);
     return {s};
   }
-  TARG_PRIMITIVE_COMMON(TargKQLinear)
+  TARG_PRIMITIVE_COMMON(TargQLinear)
  private:
-  int type_;
+  int form_;
   bool bias_, res_;
 };
 
-array op_kqlinear(const array& x_, const array& blocks, int type, std::optional<array> bias, std::optional<array> residual) {
-  check_kblocks(blocks, type, "kqlinear");
+// x as float32 with K columns, plus the optional bias and residual, as QLinear's inputs.
+array qlinear_node(const char* op, const array& x_, int K, int N, std::vector<array> weights, int form,
+                   std::optional<array> bias, std::optional<array> residual) {
   array x = as_f32(x_);
-  int K = blocks.shape(1) / targ::kblock_bytes(type) * targ::QK;
   if (x.ndim() < 1 || x.shape(-1) != K) {
     std::ostringstream m;
-    m << "kqlinear: input's last dimension is " << (x.ndim() ? x.shape(-1) : 0) << ", the weights expect " << K;
+    m << op << ": input's last dimension is " << (x.ndim() ? x.shape(-1) : 0) << ", the weights expect " << K;
     throw std::invalid_argument(m.str());
   }
   auto shape = x.shape();
-  shape.back() = blocks.shape(0);
-  std::vector<array> ins = {x, blocks};
+  shape.back() = N;
+  std::vector<array> ins = {x};
+  ins.insert(ins.end(), weights.begin(), weights.end());
   if (bias) ins.push_back(as_f32(*bias));
   if (residual) {
-    if (residual->shape() != shape) throw std::invalid_argument("kqlinear: residual must have the output's shape");
+    if (residual->shape() != shape) throw std::invalid_argument(std::string(op) + ": residual must have the output's shape");
     ins.push_back(as_f32(*residual));
   }
-  return array(shape, mx::float32, std::make_shared<KQLinear>(cpu_stream(), type, bias.has_value(), residual.has_value()),
+  return array(shape, mx::float32, std::make_shared<QLinear>(cpu_stream(), form, bias.has_value(), residual.has_value()),
                ins);
+}
+
+array op_qlinear(const array& x, const array& q, const array& scales, const array& biases, int bits,
+                 std::optional<array> bias, std::optional<array> residual) {
+  check_packed(q, scales, biases, bits, "qlinear");
+  return qlinear_node("qlinear", x, q.shape(1) * 8 / bits, q.shape(0), {q, scales, biases}, bits, bias, residual);
+}
+
+array op_kqlinear(const array& x, const array& blocks, int type, std::optional<array> bias, std::optional<array> residual) {
+  check_kblocks(blocks, type, "kqlinear");
+  return qlinear_node("kqlinear", x, blocks.shape(1) / targ::kblock_bytes(type) * targ::QK, blocks.shape(0), {blocks},
+                      type, bias, residual);
 }
 
 class KEmbed : public mx::UnaryPrimitive {
