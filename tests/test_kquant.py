@@ -88,6 +88,22 @@ def test_kqlinear_rows_do_not_depend_on_the_batch(N, qtype):
         assert mx.array_equal(N.kqlinear(x[i : i + 1], blocks, qtype)[0], full[i])
 
 
+def test_q4k_tiles_keep_the_blocks_values_and_multiply_like_them(N):
+    rng = np.random.default_rng(3)
+    blocks = random_blocks(rng, pack.Q4_K, 64, 768, scale=0.01)
+    W = deq(blocks, pack.Q4_K)
+    P = pack.from_q4k(blocks)
+    assert P.kscale and P.nbytes == 64 * 768 * 4.625 / 8  # the file: 4.5 bits a weight
+    assert np.array_equal(np.array(pack.dequantize(P)).view(np.uint32), W.view(np.uint32))  # as gguf-py
+    x = rng.standard_normal((9, 768)).astype(np.float32)
+    full = P.linear(N, mx.array(x))
+    assert rel_err(full, x @ W.T) < 0.02  # int8 activations per 32
+    for i in range(9):
+        assert mx.array_equal(P.linear(N, mx.array(x[i : i + 1]))[0], full[i])
+    emb = np.array(P.embed(N, mx.array([5, 63])))
+    assert rel_err(emb, W[[5, 63]]) < 1e-6  # fma(q, d*sc, -dmin*m): within an ulp of gguf-py's two steps
+
+
 def test_bad_blocks_are_one_line_errors(N):
     with pytest.raises(ValueError, match="type must be 12"):
         N.kqlinear(mx.zeros((1, 256)), mx.zeros((4, 144), dtype=mx.uint8), 13)
@@ -119,15 +135,18 @@ def tiny_qwen(rng):
         weights[f"{path}.weight"] = mx.array(deq(b, qtype))
     model.load_weights(list(weights.items()), strict=False)
     mx.eval(model.parameters())
-    return model, {p: KBlocks(mx.array(b), t) for p, (t, b) in stored.items()}
+    kernels = {p: pack.from_gguf_blocks(t, b, embedding=p == "model.embed_tokens") for p, (t, b) in stored.items()}
+    return model, kernels, stored
 
 
 def test_a_model_on_stored_blocks_matches_mlx_lm_and_keeps_rows_independent(N):
-    model, stored = tiny_qwen(np.random.default_rng(0))
+    model, stored, raw = tiny_qwen(np.random.default_rng(0))
     lm = NativeLM.build(model, N, stored)
-    assert all(isinstance(p, KBlocks) for p in lm.layers[0].qkv + lm.layers[0].gate_up + [lm.embed, lm.head_w])
-    assert [p.qtype for p in lm.layers[0].qkv] == [pack.Q4_K, pack.Q6_K]  # q|k fused, v apart
-    assert lm.nbytes == sum(b.nbytes for b in stored.values())  # the file's own bytes, nothing more
+    assert [p.kind for p in lm.layers[0].qkv] == [("tiles", 4, True), ("kquant", pack.Q6_K)]  # q|k fused, v apart
+    assert [p.kind for p in lm.layers[0].gate_up] == [("tiles", 4, True)]
+    assert isinstance(lm.embed, KBlocks) and isinstance(lm.head_w, KBlocks) and isinstance(lm.layers[1].down, KBlocks)
+    file_bytes = sum(b.nbytes for _, b in raw.values())
+    assert file_bytes < lm.nbytes < 1.02 * file_bytes  # Q4_K tiles: 4.625 bits a weight, the file's 4.5
     tokens = mx.array(np.random.default_rng(1).integers(0, 320, (3, 12)), dtype=mx.int32)
     ref = model(tokens, make_prompt_cache(model))
     got = lm(tokens, make_prompt_cache(model))

@@ -29,30 +29,36 @@ from targ_mlx.config import default_cache_path
 
 logger = logging.getLogger(__name__)
 
-FORMAT = 3  # bump when pack's layout or what an entry holds changes
+FORMAT = 4  # bump when pack's layout or what an entry holds changes
 
-# K-quant types the kernels read as the file stores them (csrc/kquant.h) rather than repacked
-# into 16-column tiles. Q6_K: as stored it is 6.56 bits a weight instead of 9 and its products
-# run faster (BENCHMARKS.md, "K-quant blocks as stored"). Q4_K stays in tiles, where its
-# products run faster, except the token embedding, which only has rows looked up.
-AS_STORED = {14}  # Q6_K
-EMBEDDING_AS_STORED = {12, 14}  # Q4_K, Q6_K
 FILES = ("native.safetensors", "model.safetensors", "meta.json")
 _EDGE = 1 << 20
 
 
-def _as_stored() -> tuple[set[int], set[int]]:
-    """(types, embedding types) read as stored; TARG_MLX_KQUANT=repacked tiles everything (to compare)."""
-    if os.environ.get("TARG_MLX_KQUANT", "stored") == "repacked":
-        return set(), set()
-    return AS_STORED, EMBEDDING_AS_STORED
+Q4_K, Q6_K = 12, 14  # made from the file's own blocks (pack.from_gguf_blocks)
+
+
+def _as_stored() -> set[int]:
+    """The K-quant types made from the file's own blocks; TARG_MLX_KQUANT=repacked repacks
+    everything to affine tiles from the model's weights instead (to compare)."""
+    return set() if os.environ.get("TARG_MLX_KQUANT", "stored") == "repacked" else {Q4_K, Q6_K}
+
+
+def stored_weights(path: str) -> dict:
+    """The kernels' weights made from the file's own K-quant blocks, by mlx-lm module path."""
+    from targ_mlx.runtime.gguf import stored_blocks
+    from targ_mlx.runtime.native import pack
+
+    types = _as_stored()
+    return {name: pack.from_gguf_blocks(qtype, b, embedding=name == "model.embed_tokens")
+            for name, (qtype, b) in stored_blocks(path, types, types).items()}
 
 
 def entry_dir(path: str) -> Path:
     from targ_mlx.runtime.gguf import SCALE_DTYPE
 
     st = os.stat(path)
-    key = f"{os.path.abspath(path)}|{st.st_size}|{st.st_mtime_ns}|{FORMAT}|{SCALE_DTYPE}|{sorted(map(sorted, _as_stored()))}"
+    key = f"{os.path.abspath(path)}|{st.st_size}|{st.st_mtime_ns}|{FORMAT}|{SCALE_DTYPE}|{sorted(_as_stored())}"
     name = f"{Path(path).stem}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
     return default_cache_path() / "repack" / name
 
@@ -118,9 +124,8 @@ def load_gguf_native(path: str, ops):
     NativeLM is None when the kernels cannot run the model (then nothing is cached)."""
     from mlx.utils import tree_flatten
 
-    from targ_mlx.runtime.gguf import check_file, load_gguf, model_from, stored_blocks
+    from targ_mlx.runtime.gguf import check_file, load_gguf, model_from
     from targ_mlx.runtime.native.model import NativeLM, unsupported
-    from targ_mlx.runtime.native.pack import KBlocks
 
     check_file(path)
     d = entry_dir(path)
@@ -133,9 +138,7 @@ def load_gguf_native(path: str, ops):
     g = load_gguf(path, dtype="quantized")
     if unsupported(g.model):
         return g, None
-    types, embed_types = _as_stored()
-    stored = {name: KBlocks(mx.array(b), qtype) for name, (qtype, b) in stored_blocks(path, types, embed_types).items()}
-    engine = NativeLM.build(g.model, ops, stored)
+    engine = NativeLM.build(g.model, ops, stored_weights(path))
     save(d, dict(tree_flatten(g.model.parameters())), engine.state(), g.metadata)
     # The model's own copy of the weights goes back to disk: read lazily, only if ever used.
     g.model.load_weights(list(mx.load(str(d / "model.safetensors")).items()))

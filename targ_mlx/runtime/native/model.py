@@ -25,8 +25,8 @@ from targ_mlx.runtime.native.pack import KBlocks, Packed, Weights
 ARCHS = ("llama", "qwen2", "mistral")
 
 
-def _linear(layer: nn.Module, stored: KBlocks | None = None) -> tuple[Weights, mx.array | None]:
-    """The layer's weights for the kernels (`stored`: its GGUF blocks, used as they are) and bias."""
+def _linear(layer: nn.Module, stored: Weights | None = None) -> tuple[Weights, mx.array | None]:
+    """The layer's weights for the kernels (`stored`: made from its GGUF blocks) and bias."""
     bias = getattr(layer, "bias", None) if "bias" in layer else None
     if stored is not None:
         p = stored
@@ -39,7 +39,7 @@ def _linear(layer: nn.Module, stored: KBlocks | None = None) -> tuple[Weights, m
     return p, (bias.astype(mx.float32) if bias is not None else None)
 
 
-def _embedding(emb: nn.Module, stored: KBlocks | None = None) -> Weights:
+def _embedding(emb: nn.Module, stored: Weights | None = None) -> Weights:
     if stored is not None:
         return stored
     if isinstance(emb, nn.QuantizedEmbedding):
@@ -174,9 +174,10 @@ class NativeLM:
         self.inv_freq, self.rope_scale, self.traditional, _ = rope
 
     @classmethod
-    def build(cls, model: nn.Module, ops, stored: dict[str, KBlocks] | None = None) -> "NativeLM":
-        """stored: GGUF K-quant blocks by module path ("model.layers.0.mlp.down_proj"), which
-        the kernels read as they are instead of the module's own weights."""
+    def build(cls, model: nn.Module, ops, stored: dict[str, Weights] | None = None) -> "NativeLM":
+        """stored: weights made from the GGUF's K-quant blocks by module path
+        ("model.layers.0.mlp.down_proj", `repack.stored_weights`), used instead of repacking the
+        module's own (affine) weights."""
         why = unsupported(model)
         if why:
             raise ValueError(f"the CPU kernels do not support this model: {why}")
@@ -248,7 +249,8 @@ class NativeLM:
             if f"{name}.q" not in arrays:
                 return None
             q, s = arrays[f"{name}.q"], arrays[f"{name}.scales"]
-            return Packed(q, s, arrays[f"{name}.biases"], int(q.shape[1]) * 8 // (int(s.shape[1]) * pack.QG))
+            bits = 4 if s.dtype == mx.uint8 else int(q.shape[1]) * 8 // (int(s.shape[1]) * pack.QG)  # Q4_K tiles: 4
+            return Packed(q, s, arrays[f"{name}.biases"], bits)
 
         layers = []
         for i in range(len(model.model.layers)):

@@ -61,6 +61,7 @@ targ::QMat qmat(const array& q, const array& scales, const array& biases, int bi
   w.scales = scales.data<void>();
   w.biases = biases.data<void>();
   w.half = scales.dtype() == mx::float16;
+  w.kscale = scales.dtype() == mx::uint8;  // Q4_K tiles: 6-bit scales and mins, float16 d and dmin
   w.N = q.shape(0);
   w.K = q.shape(1) * 8 / bits;
   w.bits = bits;
@@ -74,6 +75,14 @@ void check_packed(const array& q, const array& scales, const array& biases, int 
   int K = q.shape(1) * 8 / bits;
   if (K % targ::QG || q.shape(0) % targ::NT)
     throw std::invalid_argument(std::string(op) + ": K must be a multiple of 32 and N of 16");
+  if (scales.dtype() == mx::uint8) {  // Q4_K tiles (qgemm.h, group_affine)
+    if (bits != 4 || K % 256 || biases.dtype() != mx::float16 || scales.ndim() != 2 || biases.ndim() != 2 ||
+        scales.shape(0) != q.shape(0) || scales.shape(1) != 2 * (K / targ::QG) || biases.shape(0) != q.shape(0) ||
+        biases.shape(1) != 2 * (K / 256))
+      throw std::invalid_argument(std::string(op) + ": Q4_K tiles need 4 bits, uint8 scales (N, 2K/32) and float16 "
+                                  "d/dmin (N, 2K/256)");
+    return;
+  }
   if (scales.dtype() != biases.dtype() || (scales.dtype() != mx::float16 && scales.dtype() != mx::float32))
     throw std::invalid_argument(std::string(op) + ": scales and biases must both be float16 or float32");
   if (scales.ndim() != 2 || scales.shape(0) != q.shape(0) || scales.shape(1) != K / targ::QG ||

@@ -37,9 +37,10 @@ constexpr int kPrefetch = 4;  // groups ahead in each weight stream (fused and i
 
 struct QMat {
   const uint8_t* q;    // tiles of NT columns, see above
-  const void* scales;  // per (tile, group, lane), float16 or float32
+  const void* scales;  // per (tile, group, lane), float16 or float32; Q4_K tiles (kscale): see group_affine
   const void* biases;
   bool half;
+  bool kscale = false;
   int N, K, bits;
   int tile_bytes() const { return K * NT * bits / 8; }
   int group_bytes() const { return QG * NT * bits / 8; }
@@ -80,6 +81,41 @@ inline void load16(const void* base, bool half, size_t idx, float* out) {
 #endif
 }
 
+// Where the scales and biases of tile t, group g start (for prefetching).
+inline const char* scales_at(const QMat& W, int t, int g) {
+  const size_t G = W.K / QG;
+  if (W.kscale) return (const char*)W.scales + (t * G + g) * 2 * NT;
+  return (const char*)W.scales + (t * G + g) * NT * (W.half ? 2 : 4);
+}
+inline const char* biases_at(const QMat& W, int t, int g) {
+  const size_t G = W.K / QG;
+  if (W.kscale) return (const char*)W.biases + (t * (G / 8) + g / 8) * 2 * NT * 2;
+  return (const char*)W.biases + (t * G + g) * NT * (W.half ? 2 : 4);
+}
+
+// The scale and bias of the 16 columns of tile t over group g, as float32: stored so (float16 or
+// float32), or, for Q4_K tiles (kscale), made from what the file stores: per column and group
+// the 6-bit scale and min (a byte each: 16 scales then 16 mins), per column and super-block of 8
+// groups the float16 d and dmin (16 d then 16 dmin). scale = d * sc, bias = -(dmin * m), so a
+// Q4_K matrix keeps 4.625 bits a weight (the file: 4.5) instead of 5 with float16 scale and bias.
+inline void group_affine(const QMat& W, int t, int g, float* s, float* b) {
+  if (!W.kscale) {
+    const size_t idx = ((size_t)t * (W.K / QG) + g) * NT;
+    load16(W.scales, W.half, idx, s);
+    load16(W.biases, W.half, idx, b);
+    return;
+  }
+  const uint8_t* sm = (const uint8_t*)scales_at(W, t, g);
+  const void* dd = biases_at(W, t, g);
+  float d[NT], dmin[NT];
+  load16(dd, true, 0, d);
+  load16(dd, true, NT, dmin);
+  for (int l = 0; l < NT; l++) {
+    s[l] = d[l] * (float)sm[l];
+    b[l] = -(dmin[l] * (float)sm[NT + l]);
+  }
+}
+
 // The quantized value of row k (within its group) of a tile's group, lane l.
 inline int qval(const QMat& W, const uint8_t* grp, int k, int l) {
   if (W.bits == 8) return grp[k * NT + l];
@@ -94,8 +130,7 @@ inline void dequant_tile(const QMat& W, int t, float* out) {
   float s[NT], b[NT];
   for (int g = 0; g < G; g++) {
     const uint8_t* grp = W.q + (size_t)t * W.tile_bytes() + (size_t)g * W.group_bytes();
-    load16(W.scales, W.half, ((size_t)t * G + g) * NT, s);
-    load16(W.biases, W.half, ((size_t)t * G + g) * NT, b);
+    group_affine(W, t, g, s, b);
     for (int k = 0; k < QG; k++) {
       float* o = out + (size_t)(g * QG + k) * NT;
 #if TARG_AVX512
@@ -153,9 +188,8 @@ inline void prefetch_ahead(const QMat& W, int t0, int g) {
     if (tt * NT >= W.N) continue;
     const char* ahead = (const char*)(W.q + (size_t)tt * W.tile_bytes() + (size_t)tg * W.group_bytes());
     for (int c = 0; c < QG * NT * BITS / 8; c += 64) _mm_prefetch(ahead + c, _MM_HINT_T0);
-    size_t si = ((size_t)tt * G + tg) * NT * (W.half ? 2 : 4);
-    _mm_prefetch((const char*)W.scales + si, _MM_HINT_T0);
-    _mm_prefetch((const char*)W.biases + si, _MM_HINT_T0);
+    _mm_prefetch(scales_at(W, tt, tg), _MM_HINT_T0);
+    _mm_prefetch(biases_at(W, tt, tg), _MM_HINT_T0);
   }
 }
 #endif
@@ -176,8 +210,7 @@ inline void fused_tiles(const QMat& W, int t0, const float* x, int m0, float* ac
     const uint8_t* grp[TT];
     for (int j = 0; j < TT; j++) {
       float sf[NT], bf[NT];
-      load16(W.scales, W.half, ((size_t)(t0 + j) * G + g) * NT, sf);
-      load16(W.biases, W.half, ((size_t)(t0 + j) * G + g) * NT, bf);
+      group_affine(W, t0 + j, g, sf, bf);
       s[j] = _mm512_loadu_ps(sf), b[j] = _mm512_loadu_ps(bf);
       grp[j] = W.q + (size_t)(t0 + j) * W.tile_bytes() + (size_t)g * W.group_bytes();
     }
@@ -399,8 +432,7 @@ inline void q8_tiles(const QMat& W, int t0, const Q8& X, int m0, float* acc_out 
     for (int j = 0; j < TT; j++) {
       const uint8_t* grp = W.q + (size_t)(t0 + j) * W.tile_bytes() + (size_t)g * W.group_bytes();
       float sf[NT], bf[NT];
-      load16(W.scales, W.half, ((size_t)(t0 + j) * G + g) * NT, sf);
-      load16(W.biases, W.half, ((size_t)(t0 + j) * G + g) * NT, bf);
+      group_affine(W, t0 + j, g, sf, bf);
       const __m512 s = _mm512_loadu_ps(sf), b = _mm512_loadu_ps(bf);
       __m512i w[8];
       if constexpr (BITS == 4) {
@@ -484,8 +516,7 @@ inline void q8_tiles(const QMat& W, int t0, const Q8& X, int m0, float* acc_out 
     }
     for (int j = 0; j < TT; j++) {
       alignas(32) float sf[NT], bf[NT];
-      load16(W.scales, W.half, ((size_t)(t0 + j) * G + g) * NT, sf);
-      load16(W.biases, W.half, ((size_t)(t0 + j) * G + g) * NT, bf);
+      group_affine(W, t0 + j, g, sf, bf);
       for (int h = 0; h < 2; h++) {
         const __m256 s = _mm256_load_ps(sf + 8 * h), b = _mm256_load_ps(bf + 8 * h);
         for (int m = 0; m < MT; m++) {
