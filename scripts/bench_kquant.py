@@ -1,7 +1,9 @@
-"""K-quant blocks as stored (csrc/kquant.h) against the same tensors repacked into 16-column tiles.
+"""The forms the kernels can keep a K-quant matrix in, side by side: its blocks as stored
+(csrc/kquant.h), 16-column tiles with the block's own scales (Q4_K: pack.from_q4k), and affine
+16-column tiles with a float16 scale and bias per 32 (the repacking used before).
 
 For real tensors of a Q4_K_M GGUF, side by side in one process: the time of y = x W^T at M = 1
-(a decode step) and M = 256 (a prefill), best of 5 rounds that alternate the two forms, the bytes
+(a decode step) and M = 256 (a prefill), best of 5 rounds that alternate the forms, the bytes
 each form keeps, and each form's error against gguf-py's float dequantization.
 
     python scripts/bench_kquant.py --model qwen2.5-coder-1.5b
@@ -53,7 +55,7 @@ def main(argv: list[str] | None = None) -> None:
     path = alias_path(args.model) if args.model in ALIASES else args.model
     tensors = {t.name: t for t in GGUFReader(path).tensors}
     rng = np.random.default_rng(0)
-    print("| tensor | type | (N, K) | bytes: stored / tiles | rel. error vs gguf-py: stored / tiles | M | stored | tiles | tiles / stored time |")
+    print("| tensor | type | (N, K) | form | MiB | rel. error vs gguf-py | M | time | vs affine tiles |")
     print("|---|---|---|---|---|---|---|---|---|")
     for name in args.tensors.split(","):
         t = tensors[name]
@@ -61,22 +63,27 @@ def main(argv: list[str] | None = None) -> None:
         raw = np.asarray(t.data)
         kb = pack.KBlocks(mx.array(raw), int(t.tensor_type))
         a = gguf_blocks.affine(raw, t.tensor_type, shape)
-        tiles = pack.from_values(a.vals, a.scales.astype(np.float16), a.biases.astype(np.float16), a.bits)
+        forms = {"stored": kb}
+        if int(t.tensor_type) == pack.Q4_K:
+            forms["q4k tiles"] = pack.from_q4k(raw)
+        forms["affine tiles"] = pack.from_values(a.vals, a.scales.astype(np.float16), a.biases.astype(np.float16), a.bits)
         ref = dequantize(raw, t.tensor_type).reshape(shape).astype(np.float32)
         x = rng.standard_normal((64, shape[1])).astype(np.float32)
         yref = x @ ref.T
-        err = [float(np.linalg.norm(np.array(w.linear(ops, mx.array(x))) - yref) / np.linalg.norm(yref)) for w in (kb, tiles)]
+        err = {k: float(np.linalg.norm(np.array(w.linear(ops, mx.array(x))) - yref) / np.linalg.norm(yref))
+               for k, w in forms.items()}
         for m in (int(v) for v in args.rows.split(",")):
             xm = mx.array(rng.standard_normal((m, shape[1])).astype(np.float32))
             ts = {}
             for _ in range(5):  # alternate the forms, keep each one's best
-                for label, w in (("stored", kb), ("tiles", tiles)):
+                for label, w in forms.items():
                     dt = best_time(lambda: w.linear(ops, xm), 40 if m == 1 else 2, 1)
                     ts[label] = min(ts.get(label, dt), dt)
-            gf = lambda s: f"{s * 1e3:.3f} ms ({2 * m * shape[0] * shape[1] / s / 1e9:.0f} GFLOP/s)"
-            print(f"| {name} | {t.tensor_type.name} | {shape} | {kb.nbytes / 2**20:.2f} / {tiles.nbytes / 2**20:.2f} MiB "
-                  f"| {err[0]:.2e} / {err[1]:.2e} | {m} | {gf(ts['stored'])} | {gf(ts['tiles'])} "
-                  f"| {ts['tiles'] / ts['stored']:.2f} |", flush=True)
+            for label, w in forms.items():
+                s = ts[label]
+                print(f"| {name} | {t.tensor_type.name} | {shape} | {label} | {w.nbytes / 2**20:.2f} | {err[label]:.2e} "
+                      f"| {m} | {s * 1e3:.3f} ms ({2 * m * shape[0] * shape[1] / s / 1e9:.0f} GFLOP/s) "
+                      f"| {ts['affine tiles'] / s:.2f}x |", flush=True)
 
 
 if __name__ == "__main__":

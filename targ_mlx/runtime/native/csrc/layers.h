@@ -150,8 +150,8 @@ inline void embed(const QMat& W, const int32_t* ids, int n, float* out) {
     float* o = out + (size_t)t * K;
     for (int g = 0; g < G; g++) {
       const uint8_t* grp = W.q + (size_t)tile * W.tile_bytes() + (size_t)g * W.group_bytes();
-      group_affine(W, tile, g, s, b);
-      for (int k = 0; k < QG; k++) o[g * QG + k] = std::fma((float)qval(W, grp, k, lane), s[lane], b[lane]);
+      const Affine16 a = group_affine(W, tile, g, s, b);
+      for (int k = 0; k < QG; k++) o[g * QG + k] = std::fma((float)qval(W, grp, k, lane), a.s[lane], a.b[lane]);
     }
   }
 }
