@@ -195,32 +195,6 @@ array op_kqlinear(const array& x, const array& blocks, int type, std::optional<a
                       type, bias, residual);
 }
 
-class KEmbed : public mx::UnaryPrimitive {
- public:
-  KEmbed(mx::Stream s, int type) : UnaryPrimitive(s), type_(type) {}
-  void eval_cpu(const std::vector<array>& in, array& out) override {
-    alloc(out);
-    auto& enc = mx::cpu::get_command_encoder(stream());
-    std::vector<array> ins;
-    for (auto& a : in) ins.push_back(array::unsafe_weak_copy(a));
-    enc.dispatch([ins = std::move(ins), out = array::unsafe_weak_copy(out), type = type_]() mutable {
-      targ::kembed(kmat(ins[1], type), ins[0].data<int32_t>(), (int)ins[0].size(), out.data<float>());
-    });
-  }
-  void eval_gpu(const std::vector<array>&, array&) override { throw std::runtime_error("TargKEmbed runs on the CPU only"); }
-  const char* name() const override { return "TargKEmbed"; }
-  bool is_equivalent(const Primitive& o) const override { return type_ == static_cast<const KEmbed&>(o).type_; }
- private:
-  int type_;
-};
-
-array op_kembed(const array& ids, const array& blocks, int type) {
-  check_kblocks(blocks, type, "kembed");
-  auto s = ids.shape();
-  s.push_back(blocks.shape(1) / targ::kblock_bytes(type) * targ::QK);
-  array i = mx::contiguous(mx::astype(ids, mx::int32, cpu_stream()), false, cpu_stream());
-  return array(s, mx::float32, std::make_shared<KEmbed>(cpu_stream(), type), {i, blocks});
-}
 
 // ---------------------------------------------------------------------------------------------
 class RMSNorm : public mx::Primitive {
@@ -378,24 +352,27 @@ array op_swiglu(const array& gu_) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Rows of a weight matrix in either form (see QLinear): tiles (form = bits; inputs ids, q,
+// scales, biases) or K-quant blocks as stored (form = GGML type; inputs ids, blocks).
 class Embed : public mx::UnaryPrimitive {
  public:
-  Embed(mx::Stream s, int bits) : UnaryPrimitive(s), bits_(bits) {}
+  Embed(mx::Stream s, int form) : UnaryPrimitive(s), form_(form) {}
   void eval_cpu(const std::vector<array>& in, array& out) override {
     alloc(out);
     auto& enc = mx::cpu::get_command_encoder(stream());
     std::vector<array> ins;
     for (auto& a : in) ins.push_back(array::unsafe_weak_copy(a));
-    enc.dispatch([ins = std::move(ins), out = array::unsafe_weak_copy(out), bits = bits_]() mutable {
-      targ::QMat W = qmat(ins[1], ins[2], ins[3], bits);
-      targ::embed(W, ins[0].data<int32_t>(), (int)ins[0].size(), out.data<float>());
+    enc.dispatch([ins = std::move(ins), out = array::unsafe_weak_copy(out), form = form_]() mutable {
+      const int32_t* ids = ins[0].data<int32_t>();
+      if (QLinear::kquant(form)) targ::kembed(kmat(ins[1], form), ids, (int)ins[0].size(), out.data<float>());
+      else targ::embed(qmat(ins[1], ins[2], ins[3], form), ids, (int)ins[0].size(), out.data<float>());
     });
   }
   void eval_gpu(const std::vector<array>&, array&) override { throw std::runtime_error("TargEmbed runs on the CPU only"); }
   const char* name() const override { return "TargEmbed"; }
-  bool is_equivalent(const Primitive& o) const override { return bits_ == static_cast<const Embed&>(o).bits_; }
+  bool is_equivalent(const Primitive& o) const override { return form_ == static_cast<const Embed&>(o).form_; }
  private:
-  int bits_;
+  int form_;
 };
 
 array op_embed(const array& ids, const array& q, const array& scales, const array& biases, int bits) {
@@ -404,6 +381,14 @@ array op_embed(const array& ids, const array& q, const array& scales, const arra
   s.push_back(q.shape(1) * 8 / bits);
   array i = mx::contiguous(mx::astype(ids, mx::int32, cpu_stream()), false, cpu_stream());
   return array(s, mx::float32, std::make_shared<Embed>(cpu_stream(), bits), {i, q, scales, biases});
+}
+
+array op_kembed(const array& ids, const array& blocks, int type) {
+  check_kblocks(blocks, type, "kembed");
+  auto s = ids.shape();
+  s.push_back(blocks.shape(1) / targ::kblock_bytes(type) * targ::QK);
+  array i = mx::contiguous(mx::astype(ids, mx::int32, cpu_stream()), false, cpu_stream());
+  return array(s, mx::float32, std::make_shared<Embed>(cpu_stream(), type), {i, blocks});
 }
 
 // ---------------------------------------------------------------------------------------------
