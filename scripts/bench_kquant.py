@@ -1,5 +1,5 @@
 """The forms the kernels can keep a K-quant matrix in, side by side: its blocks as stored
-(csrc/kquant.h), 16-column tiles with the block's own scales (Q4_K: pack.from_q4k), and affine
+(csrc/kquant.h), 16-column tiles with the block's own scales (Q4_K: gguf_blocks.q4k_tiles), and affine
 16-column tiles with a float16 scale and bias per 32 (the repacking used before).
 
 For real tensors of a Q4_K_M GGUF, side by side in one process: the time of y = x W^T at M = 1
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
         a = gguf_blocks.affine(raw, t.tensor_type, shape)
         forms = {"stored": kb}
         if int(t.tensor_type) == pack.Q4_K:
-            forms["q4k tiles"] = pack.from_q4k(raw)
+            forms["q4k tiles"] = gguf_blocks.q4k_tiles(raw)
         forms["affine tiles"] = pack.from_values(a.vals, a.scales.astype(np.float16), a.biases.astype(np.float16), a.bits)
         ref = dequantize(raw, t.tensor_type).reshape(shape).astype(np.float32)
         x = rng.standard_normal((64, shape[1])).astype(np.float32)

@@ -30,6 +30,7 @@ from typing import Any, Mapping
 
 import platformdirs
 
+from targ_mlx.paths import APP_NAME
 from targ_mlx.defaults import (
     DEFAULT_BETA,
     DEFAULT_CONTEXT_TOKENS,
@@ -52,7 +53,6 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-APP_NAME = "targ-mlx"
 CONFIG_ENV = "TARG_MLX_CONFIG"
 DB_ENV = "TARG_MLX_DB"
 
@@ -118,15 +118,6 @@ def default_db_path() -> Path:
     if env:
         return Path(env)
     return platformdirs.user_data_path(APP_NAME) / "decisions.db"
-
-
-def default_cache_path() -> Path:
-    """TARG_MLX_CACHE, else the user cache dir: joined and repacked models (and, by the same
-    rule in `native.build`, which imports nothing from targ_mlx, the built kernels)."""
-    env = os.environ.get("TARG_MLX_CACHE")
-    if env:
-        return Path(env)
-    return platformdirs.user_cache_path(APP_NAME)
 
 
 def _frozen(mapping: Mapping) -> MappingProxyType:

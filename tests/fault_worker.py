@@ -35,6 +35,9 @@ def _child(req: dict) -> int:
 
 
 def serve() -> None:
+    # Children are forked from this process: no thread pool may be running (or hold a lock) when
+    # one is. Rust tokenizers' pool is one (a child hung on a futex once in 30 trials without this).
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
     import torch
 
     torch.set_num_threads(1)

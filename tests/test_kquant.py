@@ -15,7 +15,7 @@ from gguf.quants import dequantize
 from mlx_lm.models import qwen2
 from mlx_lm.models.cache import make_prompt_cache
 
-from targ_mlx.runtime import native
+from targ_mlx.runtime import gguf_blocks, native
 from targ_mlx.runtime.native import pack
 from targ_mlx.runtime.native.model import NativeLM
 from targ_mlx.runtime.native.pack import KBlocks
@@ -92,7 +92,7 @@ def test_q4k_tiles_keep_the_blocks_values_and_multiply_like_them(N):
     rng = np.random.default_rng(3)
     blocks = random_blocks(rng, pack.Q4_K, 64, 768, scale=0.01)
     W = deq(blocks, pack.Q4_K)
-    P = pack.from_q4k(blocks)
+    P = gguf_blocks.q4k_tiles(blocks)
     assert P.kscale and P.nbytes == 64 * 768 * 4.625 / 8  # the file: 4.5 bits a weight
     assert np.array_equal(np.array(pack.dequantize(P)).view(np.uint32), W.view(np.uint32))  # as gguf-py
     x = rng.standard_normal((9, 768)).astype(np.float32)
@@ -135,7 +135,7 @@ def tiny_qwen(rng):
         weights[f"{path}.weight"] = mx.array(deq(b, qtype))
     model.load_weights(list(weights.items()), strict=False)
     mx.eval(model.parameters())
-    kernels = {p: pack.from_gguf_blocks(t, b, embedding=p == "model.embed_tokens") for p, (t, b) in stored.items()}
+    kernels = {p: gguf_blocks.kernel_weights(t, b, embedding=p == "model.embed_tokens") for p, (t, b) in stored.items()}
     return model, kernels, stored
 
 

@@ -137,14 +137,15 @@ def verify_files(path: Path, manifest: dict, full: bool = False) -> None:
     fix = f"fix: delete {path} and rebuild: {rebuild_command(manifest['build'], path)}"
     for name, want in manifest["files"].items():
         file = path / name
-        if not file.is_file():
-            raise IndexMissingError(f"{file} is missing; {fix}")
-        size = file.stat().st_size
-        if size != want["bytes"]:
-            raise IndexCorruptError(
-                f"{file} is {size} bytes but the manifest says {want['bytes']} (truncated or replaced); {fix}"
-            )
-        got = full_checksum(file) if full else sample_checksum(file)
+        try:
+            size = file.stat().st_size
+            if size != want["bytes"]:
+                raise IndexCorruptError(
+                    f"{file} is {size} bytes but the manifest says {want['bytes']} (truncated or replaced); {fix}"
+                )
+            got = full_checksum(file) if full else sample_checksum(file)
+        except FileNotFoundError:  # also when a publish renames the folder between two of these steps
+            raise IndexMissingError(f"{file} is missing; {fix}") from None
         if got != want["sha256" if full else "sample_sha256"]:
             raise IndexCorruptError(f"{file} fails its sha256 checksum (corrupted); {fix}")
 

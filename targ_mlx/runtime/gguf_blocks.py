@@ -152,3 +152,45 @@ def mlx_packed(a: Affine) -> np.ndarray:
     if a.bits == 4:
         v = v[:, 0::2] | (v[:, 1::2] << 4)
     return np.ascontiguousarray(v, dtype=np.uint8).view(np.uint32)
+
+
+# ---- the CPU kernels' forms of K-quant matrices (targ_mlx.runtime.native) ----
+
+def q4k_tiles(blocks: np.ndarray):
+    """GGUF Q4_K blocks (N, K/256 * 144) -> 4-bit tiles that keep the block's own scales: per
+    column and group of 32 its 6-bit scale and min (a byte each), per column and super-block its
+    float16 d and dmin (csrc/qgemm.h, group_affine): 4.625 bits a weight against the file's 4.5."""
+    import mlx.core as mx
+
+    from targ_mlx.runtime.native.pack import NT, QG, Packed, from_values
+
+    n = blocks.shape[0]
+    b = np.ascontiguousarray(blocks, dtype=np.uint8).reshape(-1, 144)
+    k = b.shape[0] // n * 256
+    if n % NT:
+        raise ValueError(f"the CPU kernels need N divisible by {NT}, got N={n}")
+    vals = _nibbles(b[:, 16:], 64).reshape(n, k)
+    sc, mn = (a.astype(np.uint8).reshape(n, k // QG) for a in _k_scale_min(b[:, 4:16]))
+    d, dmin = (np.ascontiguousarray(b[:, i : i + 2]).view(np.float16).reshape(n, k // 256) for i in (0, 2))
+    tiled = from_values(vals, np.ones((n, k // QG), np.float32), np.zeros((n, k // QG), np.float32), 4)
+
+    def pair(a, c):  # (N, m) twice -> per tile and m: 16 of a then 16 of c, rows of tile t = tile t
+        t = lambda x: x.reshape(n // NT, NT, -1).transpose(0, 2, 1)  # noqa: E731
+        return np.ascontiguousarray(np.stack([t(a), t(c)], axis=2)).reshape(n, -1)
+
+    return Packed(tiled.q, mx.array(pair(sc, mn)), mx.array(pair(d, dmin)), 4)
+
+
+def kernel_weights(qtype: int, blocks: np.ndarray, embedding: bool = False):
+    """The kernels' form of a matrix of GGUF K-quant blocks (BENCHMARKS.md, "K-quant blocks"):
+    Q6_K as the file stores it (csrc/kquant.h: 6.56 bits a weight instead of 9 in 8-bit tiles,
+    and faster products); Q4_K in 4-bit tiles that keep its 6-bit scales and mins (4.625 bits a
+    weight, the file's 4.5; tiles multiply faster than its rows); an embedding as stored (its
+    rows are only looked up)."""
+    import mlx.core as mx
+
+    from targ_mlx.runtime.native.pack import NT, KBlocks
+
+    if qtype == T.Q4_K and not embedding and blocks.shape[0] % NT == 0:
+        return q4k_tiles(blocks)
+    return KBlocks(mx.array(blocks), int(qtype))

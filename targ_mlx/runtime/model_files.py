@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from targ_mlx.config import default_cache_path
+from targ_mlx.paths import default_cache_path
 from targ_mlx.errors import ModelLoadError
 
 GGUF_MAGIC = b"GGUF"

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import mlx.core as mx
 
-from targ_mlx.config import default_cache_path
+from targ_mlx.paths import default_cache_path
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ FILES = ("native.safetensors", "model.safetensors", "meta.json")
 _EDGE = 1 << 20
 
 
-Q4_K, Q6_K = 12, 14  # made from the file's own blocks (pack.from_gguf_blocks)
+Q4_K, Q6_K = 12, 14  # made from the file's own blocks (gguf_blocks.kernel_weights)
 
 
 def _as_stored() -> set[int]:
@@ -46,11 +46,11 @@ def _as_stored() -> set[int]:
 
 def stored_weights(path: str) -> dict:
     """The kernels' weights made from the file's own K-quant blocks, by mlx-lm module path."""
+    from targ_mlx.runtime import gguf_blocks
     from targ_mlx.runtime.gguf import stored_blocks
-    from targ_mlx.runtime.native import pack
 
     types = _as_stored()
-    return {name: pack.from_gguf_blocks(qtype, b, embedding=name == "model.embed_tokens")
+    return {name: gguf_blocks.kernel_weights(qtype, b, embedding=name == "model.embed_tokens")
             for name, (qtype, b) in stored_blocks(path, types, types).items()}
 
 

@@ -43,7 +43,7 @@ class Packed:
 
     @property
     def kscale(self) -> bool:
-        """Q4_K tiles: uint8 6-bit scales and mins per group, float16 d and dmin per 256 (`from_q4k`)."""
+        """Q4_K tiles: uint8 6-bit scales and mins per group, float16 d and dmin per 256 (`gguf_blocks.q4k_tiles`)."""
         return self.scales.dtype == mx.uint8
 
     @property
@@ -174,45 +174,11 @@ def to_values(p: Packed) -> np.ndarray:
     return np.ascontiguousarray(v.transpose(0, 3, 1, 2)).reshape(n, k)
 
 
-def from_q4k(blocks: np.ndarray) -> Packed:
-    """GGUF Q4_K blocks (N, K/256 * 144) -> 4-bit tiles that keep the block's own scales: per
-    column and group of 32 its 6-bit scale and min (a byte each), per column and super-block its
-    float16 d and dmin (csrc/qgemm.h, group_affine): 4.625 bits a weight against the file's 4.5."""
-    from targ_mlx.runtime import gguf_blocks
-
-    n = blocks.shape[0]
-    b = np.ascontiguousarray(blocks, dtype=np.uint8).reshape(-1, 144)
-    k = b.shape[0] // n * 256
-    if n % NT:
-        raise ValueError(f"the CPU kernels need N divisible by {NT}, got N={n}")
-    vals = gguf_blocks._nibbles(b[:, 16:], 64).reshape(n, k)
-    sc, mn = (a.astype(np.uint8).reshape(n, k // QG) for a in gguf_blocks._k_scale_min(b[:, 4:16]))
-    d, dmin = (np.ascontiguousarray(b[:, i : i + 2]).view(np.float16).reshape(n, k // 256) for i in (0, 2))
-    tiled = from_values(vals, np.ones((n, k // QG), np.float32), np.zeros((n, k // QG), np.float32), 4)
-
-    def pair(a, c):  # (N, m) twice -> per tile and m: 16 of a then 16 of c, rows of tile t = tile t
-        t = lambda x: x.reshape(n // NT, NT, -1).transpose(0, 2, 1)  # noqa: E731
-        return np.ascontiguousarray(np.stack([t(a), t(c)], axis=2)).reshape(n, -1)
-
-    return Packed(tiled.q, mx.array(pair(sc, mn)), mx.array(pair(d, dmin)), 4)
-
-
-def from_gguf_blocks(qtype: int, blocks: np.ndarray, embedding: bool = False) -> Weights:
-    """The kernels' form of a matrix of GGUF K-quant blocks (BENCHMARKS.md, "K-quant blocks"):
-    Q6_K as the file stores it (csrc/kquant.h: 6.56 bits a weight instead of 9 in 8-bit tiles,
-    and faster products); Q4_K in 4-bit tiles that keep its 6-bit scales and mins (4.625 bits a
-    weight, the file's 4.5; tiles multiply faster than its rows); an embedding as stored (its
-    rows are only looked up)."""
-    if qtype == Q4_K and not embedding and blocks.shape[0] % NT == 0:
-        return from_q4k(blocks)
-    return KBlocks(mx.array(blocks), qtype)
-
-
 def scales_biases(p: Packed) -> tuple[np.ndarray, np.ndarray]:
     """(N, K/32) float32 scales and biases in row order."""
     n, k = p.shape
     if p.kscale:
-        def rows(a, m):  # the inverse of from_q4k's pair: (N, 2m) -> two (N, m)
+        def rows(a, m):  # the inverse of gguf_blocks.q4k_tiles' pair: (N, 2m) -> two (N, m)
             a = np.asarray(a).reshape(n // NT, m, 2, NT)
             return [a[:, :, i, :].transpose(0, 2, 1).reshape(n, m) for i in (0, 1)]
 

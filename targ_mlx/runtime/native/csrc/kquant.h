@@ -2,9 +2,12 @@
 // is K/256 super-blocks of Q4_K (144 bytes: float16 d and dmin, 8 six-bit scales and mins, 256
 // nibbles) or Q6_K (210 bytes: 256 six-bit values in ql/qh, 16 int8 scales, float16 d).
 //
-// Reading the blocks as stored keeps the resident weights at the file's own size (the 16-column
-// tiles of qgemm.h need a float scale and bias per 32: 1.19x the bytes of a Q4_K_M file) and
-// needs no repacking. The arithmetic is llama.cpp's Q4_K x Q8_K: activations are quantized to
+// Reading the blocks as stored keeps the resident weights at the file's own size and needs no
+// repacking (affine 16-column tiles with a float16 scale and bias per 32 take Q6_K's 6.56 bits a
+// weight to 9). Used for Q6_K matrices and for embeddings; a Q4_K matrix multiplies faster in
+// qgemm.h's 4-bit tiles with its own scales (gguf_blocks.kernel_weights, BENCHMARKS.md "K-quant
+// blocks"), so q4k_row serves only a Q4_K embedding tied as the output head. The arithmetic is
+// llama.cpp's Q4_K/Q6_K x Q8_K: activations are quantized to
 // int8 per super-block of 256 with one float scale and integer sums per 16, the products of a
 // whole super-block are summed in integers (each sub-block's 6-bit scale applied with
 // vpmaddwd), and the float fold happens once per 256, not once per 32.
