@@ -128,9 +128,13 @@ def main(argv=None):
         sys.exit(f"the CPU kernels are unavailable: {native.status()}")
     models = {"kernels": load_backbone(args.model, kernels=True)}  # by name, whatever native.ops() chose
     if "kernels-tiles" in variants:
+        before = os.environ.get("TARG_MLX_KQUANT")
         os.environ["TARG_MLX_KQUANT"] = "repacked"  # read when the model loads
         models["kernels-tiles"] = load_backbone(args.model, kernels=True)
-        del os.environ["TARG_MLX_KQUANT"]
+        if before is None:
+            del os.environ["TARG_MLX_KQUANT"]
+        else:
+            os.environ["TARG_MLX_KQUANT"] = before
     if "mlx-fp32" in variants:
         models["mlx-fp32"] = load_backbone(args.model, dtype="float32", kernels=False)
     if "mlx-q4" in variants:

@@ -179,17 +179,16 @@ def _read_with_gguf_package(path: str, first_error: Exception | None = None,
     return weights, meta
 
 
-def stored_blocks(path: str, types: set[int], embedding_types: set[int]) -> dict[str, tuple[int, np.ndarray]]:
-    """The raw super-blocks of the 2-D weights whose GGML type is in `types` (or, for the token
-    embedding, in `embedding_types`), by mlx-lm module path ("model.layers.0.mlp.down_proj"):
-    (GGML type, (N, K / 256 * block bytes) uint8 view of the file), for kernels that read them as stored."""
+def stored_blocks(path: str, types: set[int]) -> dict[str, tuple[int, np.ndarray]]:
+    """The raw super-blocks of the 2-D weights whose GGML type is in `types`, by mlx-lm module
+    path ("model.layers.0.mlp.down_proj"): (GGML type, (N, K / 256 * block bytes) uint8 view of
+    the file), for kernels that read them in the file's own terms."""
     from gguf import GGUFReader
 
     out = {}
     for t in GGUFReader(path).tensors:
         kind = int(t.tensor_type)
-        wanted = embedding_types if t.name == "token_embd.weight" else types
-        if kind in wanted and len(t.shape) == 2 and t.name.endswith(".weight"):
+        if kind in types and len(t.shape) == 2 and t.name.endswith(".weight"):
             (name,) = _rename({t.name: None})
             out[name[: -len(".weight")]] = kind, np.asarray(t.data)
     return out

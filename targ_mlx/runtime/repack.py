@@ -35,12 +35,11 @@ FILES = ("native.safetensors", "model.safetensors", "meta.json")
 _EDGE = 1 << 20
 
 
-Q4_K, Q6_K = 12, 14  # made from the file's own blocks (gguf_blocks.kernel_weights)
-
-
 def _as_stored() -> set[int]:
     """The K-quant types made from the file's own blocks; TARG_MLX_KQUANT=repacked repacks
     everything to affine tiles from the model's weights instead (to compare)."""
+    from targ_mlx.runtime.native.pack import Q4_K, Q6_K
+
     return set() if os.environ.get("TARG_MLX_KQUANT", "stored") == "repacked" else {Q4_K, Q6_K}
 
 
@@ -49,9 +48,8 @@ def stored_weights(path: str) -> dict:
     from targ_mlx.runtime import gguf_blocks
     from targ_mlx.runtime.gguf import stored_blocks
 
-    types = _as_stored()
     return {name: gguf_blocks.kernel_weights(qtype, b, embedding=name == "model.embed_tokens")
-            for name, (qtype, b) in stored_blocks(path, types, types).items()}
+            for name, (qtype, b) in stored_blocks(path, _as_stored()).items()}
 
 
 def entry_dir(path: str) -> Path:

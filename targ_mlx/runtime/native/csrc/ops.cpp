@@ -91,12 +91,14 @@ void check_packed(const array& q, const array& scales, const array& biases, int 
 }
 
 // K-quant blocks as stored (kquant.h): blocks is (N, K/256 * block bytes) uint8, type a GGML id.
+int kblocks_K(const array& blocks, int type) { return blocks.shape(1) / targ::kblock_bytes(type) * targ::QK; }
+
 targ::KMat kmat(const array& blocks, int type) {
   targ::KMat w;
   w.b = blocks.data<uint8_t>();
   w.type = type;
   w.N = blocks.shape(0);
-  w.K = blocks.shape(1) / targ::kblock_bytes(type) * targ::QK;
+  w.K = kblocks_K(blocks, type);
   return w;
 }
 
@@ -191,8 +193,7 @@ array op_qlinear(const array& x, const array& q, const array& scales, const arra
 
 array op_kqlinear(const array& x, const array& blocks, int type, std::optional<array> bias, std::optional<array> residual) {
   check_kblocks(blocks, type, "kqlinear");
-  return qlinear_node("kqlinear", x, blocks.shape(1) / targ::kblock_bytes(type) * targ::QK, blocks.shape(0), {blocks},
-                      type, bias, residual);
+  return qlinear_node("kqlinear", x, kblocks_K(blocks, type), blocks.shape(0), {blocks}, type, bias, residual);
 }
 
 
@@ -375,20 +376,23 @@ class Embed : public mx::UnaryPrimitive {
   int form_;
 };
 
+// Rows of K floats for ids, as Embed's inputs.
+array embed_node(const array& ids, int K, std::vector<array> weights, int form) {
+  auto s = ids.shape();
+  s.push_back(K);
+  std::vector<array> ins = {mx::contiguous(mx::astype(ids, mx::int32, cpu_stream()), false, cpu_stream())};
+  ins.insert(ins.end(), weights.begin(), weights.end());
+  return array(s, mx::float32, std::make_shared<Embed>(cpu_stream(), form), ins);
+}
+
 array op_embed(const array& ids, const array& q, const array& scales, const array& biases, int bits) {
   check_packed(q, scales, biases, bits, "embed");
-  auto s = ids.shape();
-  s.push_back(q.shape(1) * 8 / bits);
-  array i = mx::contiguous(mx::astype(ids, mx::int32, cpu_stream()), false, cpu_stream());
-  return array(s, mx::float32, std::make_shared<Embed>(cpu_stream(), bits), {i, q, scales, biases});
+  return embed_node(ids, q.shape(1) * 8 / bits, {q, scales, biases}, bits);
 }
 
 array op_kembed(const array& ids, const array& blocks, int type) {
   check_kblocks(blocks, type, "kembed");
-  auto s = ids.shape();
-  s.push_back(blocks.shape(1) / targ::kblock_bytes(type) * targ::QK);
-  array i = mx::contiguous(mx::astype(ids, mx::int32, cpu_stream()), false, cpu_stream());
-  return array(s, mx::float32, std::make_shared<Embed>(cpu_stream(), type), {i, blocks});
+  return embed_node(ids, kblocks_K(blocks, type), {blocks}, type);
 }
 
 // ---------------------------------------------------------------------------------------------
