@@ -70,3 +70,16 @@ def test_unfinished_build_keeps_its_backend(tmp_path):
     (partial_dir(out) / "build.json").write_text(json.dumps({"encoder": "all-MiniLM-L6-v2"}))
     assert existing_backend(out) == "torch"  # begun before backends existed
     assert existing_backend(tmp_path / "none") is None
+
+
+def test_torch_encoder_leaves_threading_to_the_openblas_bound_for_mlx():
+    # conftest binds OpenBLAS as the entry points do; torch's sgemm then runs on OpenBLAS's threads,
+    # and torch's own threads on top made encoding 4.5x slower on 2 cores (BENCHMARKS.md, "Encoder")
+    import torch
+
+    from targ_mlx import _blas
+
+    if _blas.BLAS_PATH is None:
+        pytest.skip(f"no OpenBLAS bound here: {_blas.BLAS_STATUS}")
+    load_encoder(backend="torch", device="cpu")
+    assert torch.get_num_threads() == 1

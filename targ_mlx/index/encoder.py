@@ -143,6 +143,23 @@ def default_backend(name: str | None) -> str:
     return DEFAULT_BACKEND
 
 
+def _one_torch_thread_over_openblas() -> None:
+    """Leave the threading to OpenBLAS where an entry point bound it for MLX (`_blas.py`).
+
+    OpenBLAS is loaded with RTLD_GLOBAL, so torch's sgemm calls resolve to it too and each one
+    runs on OpenBLAS's own threads; torch's intra-op threads on top oversubscribe the cores. On 2
+    AVX2 cores the encoder fell from 35 to 7.7 chunks/s that way (index builds inside `targ ask`
+    and the app took 12 minutes instead of 4); with one torch thread it does 30-32 (BENCHMARKS.md,
+    "Encoder"). Torch is this process's encoder and nothing else, so the setting is ours to make.
+    """
+    from targ_mlx import _blas
+
+    if _blas.BLAS_PATH is not None:
+        import torch
+
+        torch.set_num_threads(1)
+
+
 def canonical_name(name: str) -> str:
     return DEFAULT_ENCODER if name in _DEFAULT_ALIASES else name
 
@@ -170,6 +187,8 @@ def load_encoder(name: str | None = None, device: str | None = None, backend: st
     from sentence_transformers import SentenceTransformer
 
     device = device or auto_device()
+    if device == "cpu":
+        _one_torch_thread_over_openblas()
     logger.info("loading encoder %s from %s on %s", name, source, device)
     model = SentenceTransformer(source, device=device, local_files_only=os.path.isdir(source))
     return Encoder(name, model, query_prefix, passage_prefix)
