@@ -86,6 +86,8 @@ def _run(args: argparse.Namespace) -> int:
     log = DecisionLog(cfg.db)
     app = make_app(make_loader(cfg, settings, args.index, args.retriever), log=log, config=cfg, config_path=args.config,
                    resume=not args.new)
+    if sys.stdin.isatty():
+        app.exit_when_terminal_closes(sys.stdin.fileno())
     app.run()
     return 0
 

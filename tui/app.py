@@ -9,6 +9,7 @@ database's `messages` table and the latest session is reloaded on start.
 
 from __future__ import annotations
 
+import os
 import threading
 import uuid
 from typing import Callable, Iterable
@@ -58,6 +59,7 @@ class ChatApp(SlashCommands, App):
         self.index_label = index_label
         self.resume = resume
         self.session = uuid.uuid4().hex[:12]
+        self._tty_fd: int | None = None
         self.cancel_event: threading.Event | None = None
         self.generating = False
         self._view: MessageView | None = None  # the answer being streamed
@@ -95,6 +97,24 @@ class ChatApp(SlashCommands, App):
         else:
             self.load_assistant()
         self.query_one(PromptArea).focus()
+        if self._tty_fd is not None:
+            self.set_interval(1.0, self._exit_if_terminal_gone)
+
+    def exit_when_terminal_closes(self, fd: int) -> None:
+        """Exit once the terminal on `fd` is gone (`python -m tui` passes stdin's)."""
+        self._tty_fd = fd
+
+    def _exit_if_terminal_gone(self) -> None:
+        # A terminal closed without a SIGHUP (a dropped pty, a killed multiplexer) leaves stdin
+        # at end-of-file, and Textual's input thread then polls it in a busy loop: the app used
+        # ~80% of a core until killed. Every decision is already committed to the log.
+        if os.isatty(self._tty_fd):
+            return
+        self.action_cancel()
+        backstop = threading.Timer(5.0, os._exit, (1,))  # should restoring the dead terminal block
+        backstop.daemon = True
+        backstop.start()
+        self.exit(return_code=1)
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
