@@ -22,7 +22,8 @@ from targ_mlx.settings import Settings
 
 def add_common_args(p: argparse.ArgumentParser) -> None:
     """Flags shared by `targ ask` and the chat app (`targ-chat`); None means "from config"."""
-    p.add_argument("--model", help="alias (smollm2-135m, the offline default), .gguf path, MLX folder or mlx-lm repo id")
+    p.add_argument("--model", help="alias (qwen2.5-coder-1.5b, the default where installed; smollm2-135m, the "
+                                   "small one), .gguf path, MLX folder or mlx-lm repo id")
     p.add_argument("--index", action="append", metavar="DIR",
                    help="index folder; repeat to search several at once, e.g. Wikipedia and your notes "
                         "(default: the offline default index, built on first use)")

@@ -3,7 +3,7 @@
 Each trial of tests/test_index_faults.py runs the real CLI, `targ_mlx.index.__main__.main(argv)`,
 in a process of its own that the test may kill -9. Starting Python, torch and the encoder takes
 ~7 s a process on 2 cores, so this server pays it once and forks a child per request instead
-(~0.7 s for a tiny build). torch runs on one thread here: a child forked after OpenMP started its
+(~0.7 s for a tiny build); MLX, whose threads would not survive a fork, loads in each child. torch runs on one thread here: a child forked after OpenMP started its
 pool hangs, so the pool is never started.
 
 Requests (one JSON object a line), each answered with one JSON line on stdout:
@@ -44,7 +44,10 @@ def serve() -> None:
     import targ_mlx.index.__main__  # noqa: F401  (imported once, not in every child)
     from targ_mlx.index import load_encoder
 
-    load_encoder().encode_passages(["warm"], ["up"])  # loaded once, shared by every child
+    load_encoder(backend="torch").encode_passages(["warm"], ["up"])  # for children that search torch indexes
+    # MLX is not imported here: its stream threads and the kernels' pool would not survive the
+    # fork, so each child imports it (and binds OpenBLAS first, as the CLI does) for the mlx encoder
+    assert "mlx.core" not in sys.modules
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
         req = json.loads(line)

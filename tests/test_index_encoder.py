@@ -1,6 +1,7 @@
-"""Encoder backends: the int8 ONNX export agrees with float32 torch, gives each text the same
-vector whatever else is encoded with it, and an index is always queried with the backend that
-built it (old manifests without one: torch)."""
+"""Encoder backends: the MLX encoder computes torch's float32 vectors (so either searches an index
+the other built), the int8 ONNX export agrees with float32 torch, each text gets the same vector
+whatever else is encoded with it, and an index is queried with a backend of its own family (old
+manifests without one: torch's, float32)."""
 
 import json
 import shutil
@@ -10,12 +11,58 @@ import pytest
 
 from targ_mlx.index import IndexMismatchError, load_encoder, open_retriever
 from targ_mlx.index.build import existing_backend
+from targ_mlx.index.encoder import FLOAT32, family
 from targ_mlx.index.store import MANIFEST, partial_dir
 
 
 @pytest.fixture(scope="module")
 def passages(small_index_questions):
     return [(q["gold_title"], q["gold_text"]) for q in small_index_questions[:12]]
+
+
+def test_mlx_encoder_computes_the_torch_vectors(passages, small_index_questions):
+    mine, ref = load_encoder(backend="mlx"), load_encoder(backend="torch")
+    assert (mine.backend, mine.dims) == ("mlx", ref.dims)
+    titles, texts = zip(*passages)
+    # 1.3e-7 at most on 256 real chunks here: float32 rounding, the same function
+    np.testing.assert_allclose(mine.encode_passages(titles, texts), ref.encode_passages(titles, texts), atol=2e-6)
+    qs = [q["question"] for q in small_index_questions[:12]]
+    np.testing.assert_allclose(mine.encode_queries(qs), ref.encode_queries(qs), atol=2e-6)
+    assert "onnx_sha256" not in mine.describe()
+
+
+def test_mlx_vector_of_a_text_does_not_depend_on_its_batch(passages):
+    mine = load_encoder(backend="mlx")
+    titles, texts = zip(*passages)
+    together = mine.encode_passages(titles, texts, batch_size=32)  # padded to the longest
+    alone = np.stack([mine.encode_passages([t], [x])[0] for t, x in zip(titles, texts)])
+    np.testing.assert_allclose(together, alone, atol=1e-6)
+
+
+def test_mlx_encoder_on_mlxs_own_ops_as_on_a_mac_matches_the_cpu_kernels(passages):
+    from targ_mlx.index.encoder import resolve_model
+    from targ_mlx.index.mlx_encoder import MlxBert
+
+    model = MlxBert(resolve_model("all-MiniLM-L6-v2"))
+    texts = [f"{t}\n{x}" for t, x in passages[:6]]
+    on_kernels = model.encode(texts)
+    if model.ops.k is None:
+        pytest.skip("no CPU kernels here: MLX's own ops ran already")
+    model.ops.k = None  # the composite GELU, LayerNorm and masked attention a Mac or a GPU runs
+    np.testing.assert_allclose(model.encode(texts), on_kernels, atol=2e-6)
+
+
+def test_an_index_built_with_torch_is_searched_by_mlx_and_the_same_passages_come_back(tmp_path, small_index_dir,
+                                                                                       small_index_questions):
+    old = shutil.copytree(small_index_dir, tmp_path / "torch-built")
+    manifest = json.loads((old / MANIFEST).read_text())
+    manifest["encoder"]["backend"] = manifest["build"]["backend"] = "torch"
+    (old / MANIFEST).write_text(json.dumps(manifest))
+    by_mlx = open_retriever(old)
+    by_torch = open_retriever(old, encoder=load_encoder(backend="torch"))
+    assert (by_mlx.encoder.backend, by_torch.encoder.backend) == ("mlx", "torch")
+    for q in small_index_questions[:8]:
+        assert [p.text for p in by_mlx.search(q["question"], 5)] == [p.text for p in by_torch.search(q["question"], 5)]
 
 
 def test_onnx_int8_agrees_with_float32_torch(passages, small_index_questions):
@@ -52,14 +99,14 @@ def test_old_manifest_without_backend_is_queried_with_torch(tmp_path, small_inde
     manifest["encoder"].pop("onnx_sha256", None)
     (old / MANIFEST).write_text(json.dumps(manifest))
     r = open_retriever(old)
-    assert r.encoder.backend == "torch"
+    assert family(r.encoder.backend) == FLOAT32  # searched by mlx where it runs: the same vectors
     assert existing_backend(old) == "torch"  # a rebuild/resume there keeps torch
     assert r.search("who wrote hamlet", 3)
 
 
 def test_query_encoder_of_another_backend_is_refused(small_index_dir):
     r = open_retriever(small_index_dir)
-    other = "torch" if r.manifest["encoder"]["backend"] != "torch" else "onnx-int8"
+    other = "torch" if family(r.manifest["encoder"]["backend"]) != FLOAT32 else "onnx-int8"
     with pytest.raises(IndexMismatchError, match=f"--backend {r.manifest['encoder']['backend']}"):
         open_retriever(small_index_dir, encoder=load_encoder(backend=other))
 

@@ -362,13 +362,13 @@ def _question_vectors(records: Sequence[dict], config: dict | None) -> np.ndarra
     try:
         from targ_mlx.index import load_encoder
 
-        from targ_mlx.index.encoder import backend_of
+        from targ_mlx.index.encoder import query_backend
 
         name = backend = None
         index = (config or {}).get("index")
         if index and Path(index, "manifest.json").is_file():
             manifest = json.loads(Path(index, "manifest.json").read_text())
-            name, backend = manifest["encoder"]["name"], backend_of(manifest)
+            name, backend = manifest["encoder"]["name"], query_backend(manifest)
         return np.asarray(load_encoder(name, backend=backend).encode_queries([r["question"] for r in records]), dtype=np.float32)
     except Exception as e:  # SKR is optional: a missing encoder drops its rows, not the report
         import logging

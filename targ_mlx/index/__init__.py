@@ -13,7 +13,7 @@ from typing import Callable
 from targ_mlx.index.build import build_index, existing_backend
 from targ_mlx.index.chunking import ChunkParams
 from targ_mlx.index.corpus import VITAL
-from targ_mlx.index.encoder import DEFAULT_ENCODER, Encoder, backend_of, default_backend, load_encoder
+from targ_mlx.index.encoder import DEFAULT_ENCODER, Encoder, backend_of, default_backend, family, load_encoder
 from targ_mlx.index.exact import ExactRetriever
 from targ_mlx.index.errors import (
     CorpusError,
@@ -92,7 +92,7 @@ def _siblings_with_encoder(out: Path, encoder: str, backend: str) -> list[Path]:
     for d in sorted(out.parent.iterdir()):
         try:
             m = read_manifest(d)
-            if d != out and m["encoder"]["name"] == encoder and backend_of(m) == backend:
+            if d != out and m["encoder"]["name"] == encoder and family(backend_of(m)) == family(backend):
                 found.append(d)
         except IndexError_:
             continue  # not a finished index: nothing to reuse there

@@ -232,8 +232,8 @@ def build_index(
         commit_every: chunks encoded per call and committed per transaction (what a kill can lose).
         reuse: finished index folders (same encoder) whose vectors are taken for identical chunks
             instead of encoding them again.
-        backend: encoder backend, "torch" or "onnx-int8"; None: that of the index or unfinished
-            build already in `out`, else `encoder.default_backend` (torch).
+        backend: encoder backend, "mlx", "torch" or "onnx-int8"; None: that of the index or
+            unfinished build already in `out`, else `encoder.default_backend` (mlx where it runs).
         bm25: also build the BM25 part (`lexical.py`) for lexical and hybrid search; an index
             already built without it gains it in place.
         dense: encode and store every passage's vector (the HNSW graph). False: a BM25-only

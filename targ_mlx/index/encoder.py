@@ -5,10 +5,12 @@ sentence-transformers model can be named (fetched from the Hub when online). E5 
 `query: ` / `passage: ` prefixes, BGE English models their query instruction. The model is loaded
 once per process, name and backend (`load_encoder` caches it).
 
-Backends: "torch" runs the sentence-transformers model in float32; "onnx-int8" (`onnx_encoder.py`)
-runs the same weights exported to ONNX and quantized to int8 (opt-in: faster, less exact). An
-index records its backend in the manifest and is always queried with the same one; manifests
-from before backends existed were built with "torch".
+Backends: "mlx" (`mlx_encoder.py`, the default where it runs: BERT models such as MiniLM) and
+"torch" (sentence-transformers, any model) compute the same float32 vectors; "onnx-int8"
+(`onnx_encoder.py`) runs the weights exported to ONNX and quantized to int8 (opt-in: less exact).
+An index records the backend that built it in its manifest and is queried and extended with one
+of the same `family`: a float32 index with mlx where mlx runs here, else torch. Manifests from
+before backends existed were built with "torch".
 """
 
 from __future__ import annotations
@@ -29,11 +31,13 @@ DEFAULT_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_BATCH_SIZE = 32
 _DEFAULT_ALIASES = {DEFAULT_ENCODER, "all-MiniLM-L6-v2", "all-minilm-l6-v2"}
 _BGE_QUERY = "Represent this sentence for searching relevant passages: "
-TORCH = "torch"
-BACKENDS = (TORCH, "onnx-int8")
-# float32 by default: the int8 ONNX backend encodes ~1.9x faster on AVX2, but its top 5 matched
-# float32's for only 0.875 of NQ-Open questions (target 0.98; BENCHMARKS.md, "Encoder"), so it is opt-in
-DEFAULT_BACKEND = TORCH
+TORCH, MLX, ONNX_INT8 = "torch", "mlx", "onnx-int8"
+BACKENDS = (MLX, TORCH, ONNX_INT8)
+FLOAT32 = "float32"
+# Backends whose vectors agree to float32 rounding (mlx vs torch: 1.6e-7 at most on 256 real
+# chunks) share a family: an index built with one is searched and extended with any of them.
+# The int8 backend is opt-in: its top 5 matched float32's for only 0.875 of NQ-Open questions.
+_FAMILY = {TORCH: FLOAT32, MLX: FLOAT32, ONNX_INT8: ONNX_INT8}
 
 
 def prefixes_for(name: str) -> tuple[str, str]:
@@ -116,7 +120,7 @@ class Encoder:
             "passage_prefix": self.passage_prefix,
             "backend": self.backend,
         }
-        if self.backend != TORCH:
+        if self.backend == ONNX_INT8:
             info.update(onnx_sha256=self.model.sha256, runtime=self.model.runtime)
         return info
 
@@ -125,7 +129,7 @@ class Encoder:
         built = manifest["encoder"]
         backend = backend_of(manifest)
         if (canonical_name(built["name"]) != canonical_name(self.name) or built["dims"] != self.dims
-                or backend != self.backend):
+                or family(backend) != family(self.backend)):
             raise IndexMismatchError(
                 f"{where} was built with encoder {built['name']} ({built['dims']}-d, {backend}) but the "
                 f"query encoder is {self.name} ({self.dims}-d, {self.backend}); fix: use --encoder "
@@ -138,9 +142,26 @@ def backend_of(manifest: dict) -> str:
     return manifest["encoder"].get("backend", TORCH)
 
 
+def family(backend: str) -> str:
+    """What an index's vectors are, whichever backend computed them ("float32" or "onnx-int8")."""
+    return _FAMILY.get(backend, backend)
+
+
 def default_backend(name: str | None) -> str:
-    """The backend a new build of `name` uses: float32 torch for every model (`DEFAULT_BACKEND`)."""
-    return DEFAULT_BACKEND
+    """The float32 backend for `name` here: mlx where it runs (a local BERT, a GPU or the CPU
+    kernels with OpenBLAS), else torch. Its first call may build the CPU kernels."""
+    from targ_mlx.index.mlx_encoder import unusable
+
+    why = unusable(resolve_model(canonical_name(name or DEFAULT_ENCODER)))
+    if why:
+        logger.info("encoder backend torch: %s", why)
+    return TORCH if why else MLX
+
+
+def query_backend(manifest: dict) -> str:
+    """The backend that searches (or extends) an index here: its own, or the float32 one that runs here."""
+    built = backend_of(manifest)
+    return default_backend(manifest["encoder"]["name"]) if family(built) == FLOAT32 else built
 
 
 def _one_torch_thread_over_openblas() -> None:
@@ -171,7 +192,7 @@ def load_encoder(name: str | None = None, device: str | None = None, backend: st
     Args:
         name: Hub id or local folder; None for the offline default all-MiniLM-L6-v2.
         device: "cuda", "mps" or "cpu" for the torch backend; None picks the best available.
-        backend: "torch" (float32 sentence-transformers) or "onnx-int8"; None: `default_backend`.
+        backend: "mlx" or "torch" (float32) or "onnx-int8"; None: `default_backend`.
     """
     name = canonical_name(name or DEFAULT_ENCODER)
     backend = backend or default_backend(name)
@@ -179,7 +200,12 @@ def load_encoder(name: str | None = None, device: str | None = None, backend: st
         raise ValueError(f"encoder backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     source = resolve_model(name)
     query_prefix, passage_prefix = prefixes_for(name)
-    if backend != TORCH:
+    if backend == MLX:
+        from targ_mlx.index.mlx_encoder import MlxBert
+
+        logger.info("loading encoder %s from %s with %s", name, source, backend)
+        return Encoder(name, MlxBert(source), query_prefix, passage_prefix, backend=backend)
+    if backend == ONNX_INT8:
         from targ_mlx.index.onnx_encoder import OnnxModel
 
         logger.info("loading encoder %s from %s with %s", name, source, backend)

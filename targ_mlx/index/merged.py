@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from targ_mlx.index.encoder import backend_of, canonical_name
+from targ_mlx.index.encoder import backend_of, canonical_name, family
 from targ_mlx.index.errors import IndexError_, IndexMismatchError, IndexMissingError
 from targ_mlx.index.hybrid import BM25, DENSE, HYBRID, MODES, HybridRetriever
 from targ_mlx.index.lexical import LexicalIndex, fix_command, has_lexical
@@ -106,7 +106,7 @@ def open_indexes(paths: Sequence[Path | str], expansion_search: int | None = Non
     groups: dict[tuple, list] = {}
     for r in opened:
         enc = r.manifest["encoder"]
-        key = (canonical_name(enc["name"]), backend_of(r.manifest), enc["dims"])
+        key = (canonical_name(enc["name"]), family(backend_of(r.manifest)), enc["dims"])
         groups.setdefault(key, []).extend(getattr(r, "shards", [r]))
     combined = manifest_id({"indexes": sorted(r.manifest_id for r in opened)})
     parts = []

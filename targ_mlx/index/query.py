@@ -8,7 +8,7 @@ from typing import Sequence
 
 import numpy as np
 
-from targ_mlx.index.encoder import Encoder, backend_of, load_encoder
+from targ_mlx.index.encoder import Encoder, load_encoder, query_backend
 from targ_mlx.retrieval import Passage
 
 
@@ -23,7 +23,7 @@ class QueryEncoding:
     @property
     def encoder(self) -> Encoder:
         if self._encoder is None:
-            enc = load_encoder(self.manifest["encoder"]["name"], backend=backend_of(self.manifest))
+            enc = load_encoder(self.manifest["encoder"]["name"], backend=query_backend(self.manifest))
             enc.check_matches(self.manifest, str(self.path))
             self._encoder = enc
         return self._encoder

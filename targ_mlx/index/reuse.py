@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from targ_mlx.index.chunking import Chunk
-from targ_mlx.index.encoder import TORCH, backend_of, canonical_name
+from targ_mlx.index.encoder import TORCH, backend_of, canonical_name, family
 from targ_mlx.index.errors import IndexMismatchError, IndexMissingError
 from targ_mlx.index.store import BUILD_STATE, MANIFEST, PASSAGES, VECTORS, read_manifest, verify_files
 
@@ -64,7 +64,7 @@ class VectorSource:
             else:
                 raise IndexMissingError(f"--reuse {d}: neither a finished index nor a build in progress; "
                                         "fix: pass an index folder or its .partial folder")
-            if canonical_name(built) != canonical_name(encoder) or built_backend != backend:
+            if canonical_name(built) != canonical_name(encoder) or family(built_backend) != family(backend):
                 raise IndexMismatchError(
                     f"--reuse {d} was built with {built} ({built_backend}), not {encoder} ({backend}); "
                     "fix: reuse an index built with the same encoder, or drop --reuse"

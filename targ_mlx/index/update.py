@@ -26,7 +26,7 @@ import numpy as np
 from targ_mlx.index.build import DEFAULT_COMMIT_EVERY, _corpus_spec, _encode_all, _finish, _open_db
 from targ_mlx.index.chunking import ChunkParams
 from targ_mlx.index.documents import digest, is_document_folder, scan_report
-from targ_mlx.index.encoder import DEFAULT_BATCH_SIZE, backend_of, load_encoder
+from targ_mlx.index.encoder import DEFAULT_BATCH_SIZE, load_encoder, query_backend
 from targ_mlx.index.errors import CorpusError, IndexMismatchError
 from targ_mlx.index.lexical import has_lexical
 from targ_mlx.index.lock import writes_index
@@ -224,7 +224,7 @@ def add_documents(
     try:
         if not upd["deleted"]:
             _delete_stale(out, part, db, state)
-        enc = load_encoder(manifest["encoder"]["name"], backend=backend_of(manifest))
+        enc = load_encoder(manifest["encoder"]["name"], backend=query_backend(manifest))
         enc.check_matches(manifest, str(out))
         enc.batch_size = batch_size
         params = ChunkParams(**manifest["chunking"])

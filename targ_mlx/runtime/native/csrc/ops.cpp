@@ -20,6 +20,7 @@
 #include "mlx/mlx.h"
 #include "mlx/primitives.h"
 
+#include "bert.h"
 #include "kquant.h"
 #include "layers.h"
 #include "qgemm.h"
@@ -536,6 +537,109 @@ std::string simd_level() {
 #endif
 }
 
+// ---------------------------------------------------------------------------------------------
+// The sentence encoder's layers (bert.h): GELU, LayerNorm with its residual, bidirectional
+// attention over padded rows.
+class Gelu : public mx::UnaryPrimitive {
+ public:
+  explicit Gelu(mx::Stream s) : UnaryPrimitive(s) {}
+  void eval_cpu(const std::vector<array>& in, array& out) override {
+    alloc(out);
+    auto& enc = mx::cpu::get_command_encoder(stream());
+    enc.dispatch([x = array::unsafe_weak_copy(in[0]), out = array::unsafe_weak_copy(out)]() mutable {
+      std::shared_ptr<std::vector<float>> h;
+      targ::gelu_erf(contiguous_f32(x, h), out.size(), out.data<float>());
+    });
+  }
+  void eval_gpu(const std::vector<array>&, array&) override { throw std::runtime_error("TargGelu runs on the CPU only"); }
+  const char* name() const override { return "TargGelu"; }
+  bool is_equivalent(const Primitive&) const override { return true; }
+};
+
+array op_gelu(const array& x_) {
+  array x = as_f32(x_);
+  return array(x.shape(), mx::float32, std::make_shared<Gelu>(cpu_stream()), {x});
+}
+
+class LayerNorm : public mx::UnaryPrimitive {
+ public:
+  LayerNorm(mx::Stream s, float eps, bool add) : UnaryPrimitive(s), eps_(eps), add_(add) {}
+  void eval_cpu(const std::vector<array>& in, array& out) override {
+    alloc(out);
+    auto& enc = mx::cpu::get_command_encoder(stream());
+    std::vector<array> ins;
+    for (auto& a : in) ins.push_back(array::unsafe_weak_copy(a));
+    enc.dispatch([ins = std::move(ins), out = array::unsafe_weak_copy(out), eps = eps_, add = add_]() mutable {
+      std::shared_ptr<std::vector<float>> h1, h2, h3, h4;
+      const float* x = contiguous_f32(ins[0], h1);
+      const float* r = add ? contiguous_f32(ins[1], h2) : nullptr;
+      const float* w = contiguous_f32(ins[add ? 2 : 1], h3);
+      const float* b = contiguous_f32(ins[add ? 3 : 2], h4);
+      int H = ins[0].shape(-1), rows = (int)(ins[0].size() / H);
+      targ::layer_norm(x, r, w, b, eps, rows, H, out.data<float>());
+    });
+  }
+  void eval_gpu(const std::vector<array>&, array&) override { throw std::runtime_error("TargLayerNorm runs on the CPU only"); }
+  const char* name() const override { return "TargLayerNorm"; }
+  bool is_equivalent(const Primitive& o) const override {
+    auto& p = static_cast<const LayerNorm&>(o);
+    return eps_ == p.eps_ && add_ == p.add_;
+  }
+ private:
+  float eps_;
+  bool add_;
+};
+
+array op_layer_norm(const array& x_, const array& w, const array& b, float eps, std::optional<array> residual) {
+  array x = as_f32(x_);
+  if (w.ndim() != 1 || b.ndim() != 1 || x.ndim() < 1 || w.shape(0) != x.shape(-1) || b.shape(0) != x.shape(-1))
+    throw std::invalid_argument("layer_norm: weight and bias must be 1-D with the input's last dimension");
+  std::vector<array> ins = {x};
+  if (residual) {
+    if (residual->shape() != x.shape()) throw std::invalid_argument("layer_norm: residual must have the input's shape");
+    ins.push_back(as_f32(*residual));
+  }
+  ins.push_back(as_f32(w));
+  ins.push_back(as_f32(b));
+  return array(x.shape(), mx::float32, std::make_shared<LayerNorm>(cpu_stream(), eps, (bool)residual), ins);
+}
+
+class BidirAttention : public mx::UnaryPrimitive {
+ public:
+  BidirAttention(mx::Stream s, int heads, float scale) : UnaryPrimitive(s), heads_(heads), scale_(scale) {}
+  void eval_cpu(const std::vector<array>& in, array& out) override {
+    alloc(out);
+    auto& enc = mx::cpu::get_command_encoder(stream());
+    enc.dispatch([qkv = array::unsafe_weak_copy(in[0]), len = array::unsafe_weak_copy(in[1]),
+                  out = array::unsafe_weak_copy(out), heads = heads_, scale = scale_]() mutable {
+      std::shared_ptr<std::vector<float>> h;
+      const float* q = contiguous_f32(qkv, h);
+      int B = qkv.shape(0), L = qkv.shape(1), D = qkv.shape(2) / 3 / heads;
+      targ::bidir_attention(q, len.data<int32_t>(), B, L, heads, D, scale, out.data<float>());
+    });
+  }
+  void eval_gpu(const std::vector<array>&, array&) override { throw std::runtime_error("TargBidirAttention runs on the CPU only"); }
+  const char* name() const override { return "TargBidirAttention"; }
+  bool is_equivalent(const Primitive& o) const override {
+    auto& p = static_cast<const BidirAttention&>(o);
+    return heads_ == p.heads_ && scale_ == p.scale_;
+  }
+ private:
+  int heads_;
+  float scale_;
+};
+
+array op_bidir_attention(const array& qkv_, const array& lengths, int heads, float scale) {
+  array qkv = as_f32(qkv_);
+  if (qkv.ndim() != 3 || heads <= 0 || qkv.shape(2) % (3 * heads))
+    throw std::invalid_argument("bidir_attention: qkv must be (B, L, 3 * heads * head_dim)");
+  if (lengths.ndim() != 1 || lengths.shape(0) != qkv.shape(0))
+    throw std::invalid_argument("bidir_attention: lengths must be (B,)");
+  array len = mx::contiguous(mx::astype(lengths, mx::int32, cpu_stream()), false, cpu_stream());
+  return array({qkv.shape(0), qkv.shape(1), qkv.shape(2) / 3}, mx::float32,
+               std::make_shared<BidirAttention>(cpu_stream(), heads, scale), {qkv, len});
+}
+
 }  // namespace
 
 NB_MODULE(_targ_native, m) {
@@ -564,6 +668,11 @@ NB_MODULE(_targ_native, m) {
         "with shared_keys, row b first attends to row shared_rows[b] of them (a prompt shared by several rows)");
   m.def("select", &op_select, nb::arg("logits"), nb::arg("inv_temp"), nb::arg("u"),
         "(token, entropy, gap, logprob) per row; inv_temp 0 = greedy");
+  m.def("gelu", &op_gelu, nb::arg("x"), "0.5 x (1 + erf(x / sqrt 2)), float32");
+  m.def("layer_norm", &op_layer_norm, nb::arg("x"), nb::arg("weight"), nb::arg("bias"), nb::arg("eps"),
+        nb::arg("residual") = nb::none(), "LayerNorm(x (+ residual)) * weight + bias over the last axis");
+  m.def("bidir_attention", &op_bidir_attention, nb::arg("qkv"), nb::arg("lengths"), nb::arg("heads"), nb::arg("scale"),
+        "softmax(scale q k^T) v per head over each row's first lengths[b] tokens; qkv (B, L, 3 H) -> (B, L, H)");
   m.def("simd", &simd_level);
   m.def("threads", [] { return targ::pool().size(); });
 }

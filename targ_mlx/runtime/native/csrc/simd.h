@@ -39,7 +39,8 @@ inline __m512 exp512(__m512 x) {
 inline float hsum512(__m512 v) { return _mm512_reduce_add_ps(v); }
 #endif
 
-#if TARG_AVX2
+// (AVX-512 machines have AVX2 too: encoder kernels use the 256-bit forms on both)
+#if TARG_AVX2 || TARG_AVX512
 inline __m256 exp256(__m256 x) {
   x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
   x = _mm256_min_ps(x, _mm256_set1_ps(88.3f));

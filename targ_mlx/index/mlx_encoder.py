@@ -1,0 +1,175 @@
+"""The `mlx` encoder backend: a BERT sentence encoder (all-MiniLM-L6-v2 and other mean-pooling
+BERTs) run by MLX in float32, without torch.
+
+It computes the function the torch backend computes (the largest difference on 256 real chunks
+was 1.6e-7 per coordinate), so an index built with either is searched and extended with either
+(`encoder.family`). What it saves is torch itself: loading sentence-transformers made the first
+search of every `targ ask` cost 3.4 s, and torch's threads fight the OpenBLAS that MLX binds in
+the same process. On a CPU the matrix products run on that OpenBLAS and the rest on this
+project's kernels (`runtime/native/csrc/bert.h`: exact-erf GELU, LayerNorm with its residual,
+bidirectional attention over padded rows); on a Mac or a GPU, on MLX's own ops.
+
+Texts are sorted by length and batched, so little is padded; a text's vector depends only on its
+own tokens (rows are independent, attention stops at each row's length).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+BACKEND = "mlx"
+_GELU_C = 0.7071067811865476
+
+
+def unusable(folder: Path | str) -> str | None:
+    """Why the mlx backend cannot run `folder`'s model here, or None when it can."""
+    folder = Path(folder)
+    try:
+        cfg = json.loads((folder / "config.json").read_text())
+        pooling = json.loads((folder / "1_Pooling" / "config.json").read_text())
+    except (OSError, ValueError):
+        return f"{folder} is not a local sentence-transformers folder"
+    if cfg.get("model_type") != "bert" or cfg.get("position_embedding_type", "absolute") != "absolute":
+        return f"{folder} is not an absolute-position BERT ({cfg.get('model_type')})"
+    if not pooling.get("pooling_mode_mean_tokens") or not (folder / "model.safetensors").is_file():
+        return f"{folder} is not a mean-pooling model with model.safetensors"
+    import mlx.core as mx
+
+    if sys.platform == "darwin" or mx.default_device() != mx.cpu:
+        return None
+    from targ_mlx import _blas
+    from targ_mlx.runtime import native
+
+    if _blas.BLAS_PATH is None:
+        return f"MLX's CPU matrix products would run on the reference BLAS ({_blas.BLAS_STATUS})"
+    if native.module() is None:
+        return f"the CPU kernels are unavailable ({native.status()})"
+    return None
+
+
+class _Ops:
+    """The three non-matmul layers: this project's CPU kernels, or MLX's own ops elsewhere."""
+
+    def __init__(self):
+        import mlx.core as mx
+
+        self.mx = mx
+        self.k = None
+        if sys.platform != "darwin" and mx.default_device() == mx.cpu:
+            from targ_mlx.runtime import native
+
+            self.k = native.module()
+
+    def layer_norm(self, x, w, b, eps, residual=None):
+        if self.k is not None:
+            return self.k.layer_norm(x, w, b, eps, residual=residual)
+        return self.mx.fast.layer_norm(x if residual is None else x + residual, w, b, eps)
+
+    def gelu(self, x):
+        if self.k is not None:
+            return self.k.gelu(x)
+        return x * 0.5 * (1 + self.mx.erf(x * _GELU_C))
+
+    def attention(self, qkv, lengths, heads: int, scale: float):
+        """qkv (B, L, 3H) -> (B, L, H) over each row's first lengths[b] tokens."""
+        if self.k is not None:
+            return self.k.bidir_attention(qkv, lengths, heads, scale)
+        mx = self.mx
+        B, L, W = qkv.shape
+        q, k, v = qkv.reshape(B, L, 3, heads, W // 3 // heads).transpose(2, 0, 3, 1, 4)
+        mask = mx.where(mx.arange(L)[None, :] < lengths[:, None], 0.0, -mx.inf)[:, None, None, :]
+        out = mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask.astype(q.dtype))
+        return out.transpose(0, 2, 1, 3).reshape(B, L, W // 3)
+
+
+class MlxBert:
+    """A mean-pooling BERT sentence embedder with the `encode` / dimension API `encoder.Encoder` uses."""
+
+    def __init__(self, folder: Path | str):
+        import mlx.core as mx
+        from tokenizers import Tokenizer
+
+        folder = Path(folder)
+        why = unusable(folder)
+        if why:
+            raise ValueError(f"the {BACKEND} encoder backend cannot run here: {why}; fix: use --backend torch")
+        cfg = json.loads((folder / "config.json").read_text())
+        st = folder / "sentence_bert_config.json"
+        max_len = json.loads(st.read_text()).get("max_seq_length", 512) if st.is_file() else 512
+        self.max_len = min(int(max_len), int(cfg["max_position_embeddings"]))
+        self.heads, self.eps = int(cfg["num_attention_heads"]), float(cfg["layer_norm_eps"])
+        self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        self.tokenizer.enable_truncation(self.max_len)
+        self.tokenizer.no_padding()
+        w = mx.load(str(folder / "model.safetensors"))
+        w = {k.removeprefix("bert."): v.astype(mx.float32) for k, v in w.items()}
+        self.emb = (w["embeddings.word_embeddings.weight"], w["embeddings.position_embeddings.weight"],
+                    w["embeddings.token_type_embeddings.weight"][0],
+                    w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"])
+        self.layers = []
+        for i in range(int(cfg["num_hidden_layers"])):
+            p = f"encoder.layer.{i}."
+
+            def t(name):  # (out, in) -> (in, out): x @ W^T as one contiguous matmul operand
+                return mx.contiguous(w[p + name + ".weight"].T)
+
+            qkv = [p + f"attention.self.{n}" for n in ("query", "key", "value")]
+            self.layers.append({
+                "qkv_w": mx.contiguous(mx.concatenate([w[n + ".weight"] for n in qkv]).T),
+                "qkv_b": mx.concatenate([w[n + ".bias"] for n in qkv]),
+                "o_w": t("attention.output.dense"), "o_b": w[p + "attention.output.dense.bias"],
+                "ln1": (w[p + "attention.output.LayerNorm.weight"], w[p + "attention.output.LayerNorm.bias"]),
+                "up_w": t("intermediate.dense"), "up_b": w[p + "intermediate.dense.bias"],
+                "down_w": t("output.dense"), "down_b": w[p + "output.dense.bias"],
+                "ln2": (w[p + "output.LayerNorm.weight"], w[p + "output.LayerNorm.bias"]),
+            })
+        mx.eval(self.emb, self.layers)
+        self.hidden = int(cfg["hidden_size"])
+        self.ops = _Ops()
+        self.mx = mx
+
+    def get_sentence_embedding_dimension(self) -> int:
+        return self.hidden
+
+    def _forward(self, ids, lengths):
+        mx, ops = self.mx, self.ops
+        B, L = ids.shape
+        H = self.hidden
+        word, pos, typ, ln_w, ln_b = self.emb
+        x = ops.layer_norm((word[ids] + pos[:L] + typ).reshape(B * L, H), ln_w, ln_b, self.eps)
+        scale = (H // self.heads) ** -0.5
+        for lay in self.layers:
+            qkv = mx.addmm(lay["qkv_b"], x, lay["qkv_w"]).reshape(B, L, 3 * H)
+            a = ops.attention(qkv, lengths, self.heads, scale).reshape(B * L, H)
+            x = ops.layer_norm(mx.addmm(lay["o_b"], a, lay["o_w"]), *lay["ln1"], self.eps, residual=x)
+            u = ops.gelu(mx.addmm(lay["up_b"], x, lay["up_w"]))
+            x = ops.layer_norm(mx.addmm(lay["down_b"], u, lay["down_w"]), *lay["ln2"], self.eps, residual=x)
+        mask = (mx.arange(L)[None, :] < lengths[:, None]).astype(mx.float32)[..., None]
+        return (x.reshape(B, L, H) * mask).sum(1) / mx.maximum(mask.sum(1), 1e-9)
+
+    def encode(self, texts: Sequence[str], batch_size: int = 32, normalize_embeddings: bool = True,
+               **_ignored) -> np.ndarray:
+        """Mean-pooled embeddings of `texts` in their order (L2-normalised unless told otherwise)."""
+        out = np.zeros((len(texts), self.hidden), dtype=np.float32)
+        if not texts:
+            return out
+        encs = self.tokenizer.encode_batch(list(texts))
+        order = sorted(range(len(encs)), key=lambda i: -len(encs[i].ids))  # longest first: little padding
+        for s in range(0, len(order), max(1, batch_size)):
+            rows = order[s:s + batch_size]
+            L = max(len(encs[i].ids) for i in rows)
+            ids = np.zeros((len(rows), L), dtype=np.int32)
+            lengths = np.empty(len(rows), dtype=np.int32)
+            for r, i in enumerate(rows):
+                n = len(encs[i].ids)
+                ids[r, :n], lengths[r] = encs[i].ids, n
+            v = self._forward(self.mx.array(ids), self.mx.array(lengths))
+            out[rows] = np.asarray(v)
+        if normalize_embeddings:
+            out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+        return out
