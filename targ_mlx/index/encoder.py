@@ -148,7 +148,7 @@ def family(backend: str) -> str:
 
 
 def default_backend(name: str | None) -> str:
-    """The float32 backend for `name` here: mlx where it runs (a local BERT, a GPU or the CPU
+    """The float32 backend for `name` here: mlx where it runs (a local BERT, on a Mac or on the CPU
     kernels with OpenBLAS), else torch. Its first call may build the CPU kernels."""
     from targ_mlx.index.mlx_encoder import unusable
 
