@@ -114,7 +114,11 @@ def save_graph(index, path: Path) -> None:
 def read_manifest(path: Path) -> dict:
     """Load DIR/manifest.json, raising IndexMissingError / IndexCorruptError with the fix."""
     path = Path(path)
-    if not (path / MANIFEST).is_file():
+    try:
+        text = (path / MANIFEST).read_text(encoding="utf-8")
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        text = None  # also a publish renaming DIR between a check and the read: a reader retries
+    if text is None:
         if partial_dir(path).exists():
             raise IndexMissingError(
                 f"the index build into {path} is unfinished ({partial_dir(path).name} exists); "
@@ -125,7 +129,7 @@ def read_manifest(path: Path) -> dict:
             f"--corpus vital-articles --out {shlex.quote(str(path))}"
         )
     try:
-        manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+        manifest = json.loads(text)
         manifest["encoder"]["name"], manifest["build"]["corpora"], manifest["files"]
     except (json.JSONDecodeError, KeyError, TypeError) as e:
         raise IndexCorruptError(f"{path / MANIFEST} is unreadable ({e}); fix: rebuild the index") from None
