@@ -3,8 +3,9 @@
 Each trial of tests/test_index_faults.py runs the real CLI, `targ_mlx.index.__main__.main(argv)`,
 in a process of its own that the test may kill -9. Starting Python, torch and the encoder takes
 ~7 s a process on 2 cores, so this server pays it once and forks a child per request instead
-(~0.7 s for a tiny build); MLX, whose threads would not survive a fork, loads in each child. torch runs on one thread here: a child forked after OpenMP started its
-pool hangs, so the pool is never started.
+(~0.7 s for a tiny build); MLX, whose threads would not survive a fork, loads in each child.
+torch runs on one thread here: a child forked after OpenMP started its pool hangs, so the pool
+is never started.
 
 Requests (one JSON object a line), each answered with one JSON line on stdout:
   {"argv": [...], "stdout": PATH, "stderr": PATH, "uid": 65534?, "fsize": BYTES?} -> {"pid": N}
@@ -38,6 +39,12 @@ def serve() -> None:
     # Children are forked from this process: no thread pool may be running (or hold a lock) when
     # one is. Rust tokenizers' pool is one (a child hung on a futex once in 30 trials without this).
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    # tqdm's monitor thread takes tqdm's write locks every few seconds, and one of them is shared
+    # across fork: a child forked while it held them hung in bm25s's progress bar, and took the
+    # parent's monitor down with it (seen once, in test_kill_9_during_add...). No monitor here.
+    import tqdm
+
+    tqdm.tqdm.monitor_interval = 0
     import torch
 
     torch.set_num_threads(1)
