@@ -4,7 +4,10 @@ For each model, over the dev half (`sweep.split(n, 0)`, the split every report j
 other half) of each given run folder's datasets:
 
     P(Always right | top-1 similarity)   increasing isotonic fit
-    P(Never right  | U_mar at k)         decreasing isotonic fit
+    P(Never right  | U_mar at k)         decreasing isotonic fit, over every question ("memory"), and
+                                         apart for the questions whose packed context contains the
+                                         k-token draft's answer and the others ("memory_confirmed",
+                                         "memory_unconfirmed"; only where each has MIN_SPLIT rows)
 
 and a "default" entry pooled over every model, for models with no fit of their own. Writes
 `targ_mlx/gates/evidence_calibration.json`:
@@ -33,10 +36,11 @@ OUT = Path(__file__).resolve().parents[1] / "targ_mlx" / "gates" / "evidence_cal
 DATASETS = ("nq_open", "popqa", "triviaqa")  # MuSiQue: every method at <= 0.4%, nothing to fit
 METRIC = "acc"  # a gold answer contained: the metric every model's headline compares on
 SHIP_RATE = 0.3  # the shipped tau: this share of dev questions would read
+MIN_SPLIT = 30  # fewer confirmed (or unconfirmed) dev questions than this: one memory fit for both
 
 
 def dev_rows(folders: list[Path], k: int, beta: float) -> dict[str, np.ndarray]:
-    s1, umar, a, n, where = [], [], [], [], []
+    s1, umar, a, n, conf, where = [], [], [], [], [], []
     for folder in folders:
         for name in DATASETS:
             path = folder / name / "records.jsonl"
@@ -51,22 +55,34 @@ def dev_rows(folders: list[Path], k: int, beta: float) -> dict[str, np.ndarray]:
                 umar.append(margin_score(r["gaps"][:k], beta))
                 a.append(r["always"][METRIC])
                 n.append(r["never"][METRIC])
+                c = r["always"].get("confirms")
+                if c is None:
+                    raise SystemExit(f"fit_evidence: {path} has records without always.confirms; "
+                                     "run scripts/rescore_records.py on it first")
+                conf.append(int(c[str(k)]))
             where.append(f"{path.parent} (dev half, {len(dev)})")
     if not s1:
         raise SystemExit(f"fit_evidence: no records.jsonl under {', '.join(map(str, folders))}/{{{','.join(DATASETS)}}}")
-    return {"s1": np.array(s1), "umar": np.array(umar), "always": np.array(a), "never": np.array(n), "where": where}
+    return {"s1": np.array(s1), "umar": np.array(umar), "always": np.array(a), "never": np.array(n),
+            "confirmed": np.array(conf, bool), "where": where}
 
 
 def fit(rows: dict) -> dict:
-    rx, ry = isotonic(rows["s1"], rows["always"], increasing=True)
-    mx_, my = isotonic(rows["umar"], rows["never"], increasing=False)
-    from targ_mlx.gates.evidence import evidence_score, interp
+    from targ_mlx.gates.evidence import evidence_score, interp, memory_fit
 
-    u = [evidence_score(interp(rx, ry, s), interp(mx_, my, m)) for s, m in zip(rows["s1"], rows["umar"])]
     r6 = lambda v: [round(float(t), 6) for t in v]  # noqa: E731
-    return {"read": {"x": r6(rx), "y": r6(ry)}, "memory": {"x": r6(mx_), "y": r6(my)},
-            "tau": round(float(budget_threshold(u, SHIP_RATE)), 6), "tau_rate": SHIP_RATE,
-            "n": int(len(rows["s1"])), "records": rows["where"]}
+    knots = lambda x, y, inc: dict(zip(("x", "y"), map(r6, isotonic(x, y, increasing=inc))))  # noqa: E731
+    out = {"read": knots(rows["s1"], rows["always"], True), "memory": knots(rows["umar"], rows["never"], False)}
+    c = rows["confirmed"]
+    if min(c.sum(), (~c).sum()) >= MIN_SPLIT:
+        out["memory_confirmed"] = knots(rows["umar"][c], rows["never"][c], False)
+        out["memory_unconfirmed"] = knots(rows["umar"][~c], rows["never"][~c], False)
+    u = []
+    for s, m, ci in zip(rows["s1"], rows["umar"], c):
+        mem = memory_fit(out, bool(ci))
+        u.append(evidence_score(interp(out["read"]["x"], out["read"]["y"], s), interp(mem["x"], mem["y"], m)))
+    return {**out, "tau": round(float(budget_threshold(u, SHIP_RATE)), 6), "tau_rate": SHIP_RATE,
+            "n": int(len(rows["s1"])), "n_confirmed": int(c.sum()), "records": rows["where"]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,8 +107,9 @@ def main(argv: list[str] | None = None) -> int:
                f"--run {' '.join(r)}" for r in args.run), "models": models}
     args.out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     for m, c in models.items():
-        print(f"{m}: n={c['n']}, read knots {len(c['read']['x'])}, memory knots {len(c['memory']['x'])}, "
-              f"tau@{SHIP_RATE} {c['tau']}")
+        split = "split by confirmed" if "memory_confirmed" in c else f"one fit (< {MIN_SPLIT} on a side)"
+        print(f"{m}: n={c['n']}, confirmed {c['n_confirmed']}, read knots {len(c['read']['x'])}, "
+              f"memory knots {len(c['memory']['x'])} ({split}), tau@{SHIP_RATE} {c['tau']}")
     return 0
 
 

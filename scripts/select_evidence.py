@@ -1,7 +1,8 @@
 """Choose the evidence gate's form on dev halves only (2-fold cross-validation inside each dev half).
 
-Every candidate is a monotone combination of the same two calibrations, P(Always right | s_1)
-and P(Never right | U_mar), or s_1 alone. For each model, the dev half of every cell (the half the
+Every candidate is a monotone combination of the same calibrations, P(Always right | s_1) and
+P(Never right | U_mar) (over every question, or apart for questions whose packed context contains
+the draft's answer, "confirmed", and the others), or s_1 alone. For each model, the dev half of every cell (the half the
 reports never judge on) is split in two folds; calibrations are fitted on one fold pooled over the
 model's cells, the reading budget and tau chosen on that fold by the eval's one rule, and the gate
 judged against a random gate at its rate on the other fold; then the folds swap. The form with
@@ -30,6 +31,7 @@ from targ_mlx.gates.evidence import interp
 
 DATASETS = ("nq_open", "popqa", "triviaqa")
 METRIC = "acc"
+MIN_SPLIT = 30  # scripts/fit_evidence.py's: fewer confirmed dev questions, one memory fit
 
 
 def step(kx, ky, x):
@@ -52,15 +54,21 @@ def cells(folders, k, beta):
                 "s1": np.array([max((p[2] for p in r["always"]["passages"]), default=0.0) for r in rows]),
                 "umar": np.array([margin_score(r["gaps"][:k], beta) for r in rows]),
                 "A": np.array([r["always"][METRIC] for r in rows], float),
-                "N": np.array([r["never"][METRIC] for r in rows], float)}
+                "N": np.array([r["never"][METRIC] for r in rows], float),
+                "conf": np.array([r["always"]["confirms"][str(k)] for r in rows], bool)}
     return out
 
 
 def forms(fit):
     (rx, ry), (mx_, my) = fit["read"], fit["memory"]
     lin = lambda kx, ky, x: np.array([interp(kx, ky, float(v)) for v in x])  # noqa: E731
+    split = fit.get("memory_confirmed") is not None
+    mem = lambda c: (np.where(c["conf"], lin(*fit["memory_confirmed"], c["umar"]),  # noqa: E731
+                              lin(*fit["memory_unconfirmed"], c["umar"])) if split else lin(mx_, my, c["umar"]))
     return {
-        "product, interpolated (shipped)": lambda c: lin(rx, ry, c["s1"]) * (1 - lin(mx_, my, c["umar"])),
+        "product, memory split by confirmed (shipped)": lambda c: lin(rx, ry, c["s1"]) * (1 - mem(c)),
+        "product, interpolated (shipped until 2026-11-26)": lambda c: lin(rx, ry, c["s1"]) * (1 - lin(mx_, my, c["umar"])),
+        "difference, memory split by confirmed": lambda c: lin(rx, ry, c["s1"]) - mem(c),
         "product, steps, ties by s_1": lambda c: step(rx, ry, c["s1"]) * (1 - step(mx_, my, c["umar"])) + 1e-9 * c["s1"],
         "difference, interpolated": lambda c: lin(rx, ry, c["s1"]) - lin(mx_, my, c["umar"]),
         "top-1 similarity alone": lambda c: c["s1"],
@@ -94,8 +102,12 @@ def main(argv=None) -> int:
         folds = {n: rng.permutation(len(c["s1"])) % 2 for n, c in cs.items()}
         for f in (0, 1):
             part = lambda c, n, which: {k: v[folds[n] == which] for k, v in c.items()}  # noqa: E731
-            fit_rows = {k: np.concatenate([part(c, n, f)[k] for n, c in cs.items()]) for k in ("s1", "umar", "A", "N")}
+            fit_rows = {k: np.concatenate([part(c, n, f)[k] for n, c in cs.items()]) for k in ("s1", "umar", "A", "N", "conf")}
             fit = {"read": isotonic(fit_rows["s1"], fit_rows["A"]), "memory": isotonic(fit_rows["umar"], fit_rows["N"], False)}
+            c = fit_rows["conf"]
+            if min(c.sum(), (~c).sum()) >= MIN_SPLIT:  # as scripts/fit_evidence.py ships it
+                fit["memory_confirmed"] = isotonic(fit_rows["umar"][c], fit_rows["N"][c], False)
+                fit["memory_unconfirmed"] = isotonic(fit_rows["umar"][~c], fit_rows["N"][~c], False)
             for form, fn in forms(fit).items():
                 for n, c in cs.items():
                     a, b = part(c, n, f), part(c, n, 1 - f)

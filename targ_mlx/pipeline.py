@@ -18,6 +18,7 @@ from targ_mlx.runtime.backbone import Backbone
 from targ_mlx.conversation import Turn
 from targ_mlx.runtime.draft import Draft
 from targ_mlx.errors import QuestionError
+from targ_mlx.matching import says
 from targ_mlx.retrieval import Passage
 
 MAX_QUESTION_CHARS = 20_000  # refuse before tokenizing megabytes of pasted text
@@ -83,3 +84,17 @@ def answer_text(bb: Backbone, tokens: Sequence[int], cap: int) -> tuple[str, int
     """The answer string of the first `cap` tokens (EOS dropped) and its token count."""
     ids = [t for t in tokens[:cap] if t not in bb.tokenizer.eos_ids]
     return bb.tokenizer.decode(ids).strip(), len(ids)
+
+
+def confirms(tokenizer, draft_tokens: Sequence[int], context: str, question: str) -> bool:
+    """Whether `context` (what reading would read) already says what the draft says: every claim
+    word of the draft's text up to its first EOS (`matching.says`: the words left after the
+    question's and function words go) occurs in it. A short answer ("Leonardo da Vinci") and a
+    sentence ("Leonardo da Vinci painted the Mona Lisa.") are confirmed alike; an empty draft
+    confirms nothing."""
+    ids = []
+    for t in draft_tokens:
+        if t in tokenizer.eos_ids:
+            break
+        ids.append(t)
+    return says(context, tokenizer.decode(ids), question)

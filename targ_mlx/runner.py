@@ -143,7 +143,8 @@ def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] |
 
     t_gate = time.perf_counter()
     sig = Signals(d.entropies if d else (), d.gaps if d else (), d.samples if d else (),
-                  evidence_of(packed) if packed is not None else None, bb.model_id)
+                  evidence_of(packed) if packed is not None else None, bb.model_id,
+                  pipeline.confirms(bb.tokenizer, d.tokens, packed.text, q) if d is not None and packed is not None else None)
     scores = gates.score_all(sig, p)
     if SEARCH in g.needs and packed is None:  # the index is not ready: nothing to look at, nothing to read
         decision = GateDecision(False, None, s.tau, g.name, f"{unavailable} → answered from memory")
@@ -210,7 +211,7 @@ def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] |
         scores=scores, passages=_refs(packed, True) if read and packed is not None else (),
         found=_refs(packed, False) if packed is not None else (), searched=packed is not None,
         reason=decision.reason if not (rechecked_at and read) else f"re-check at token {rechecked_at} → read",
-        no_source=decision.no_source,
+        no_source=decision.no_source, confirmed=sig.confirmed,
         tokens=TokenCounts(prompt=len(base_ids), draft=len(d.tokens) if d else 0,
                            context=packed.tokens if read and packed is not None else 0, output=n_out,
                            samples=sum(len(x) for x in d.samples) if d else 0),

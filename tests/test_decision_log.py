@@ -396,10 +396,11 @@ def test_every_signal_of_a_search_first_decision_round_trips(log):
     for i in range(3):
         ans = answer(gate="evidence", tau=0.2, score=0.1 * i, retrieved=False, passages=(), found=found, searched=True,
                      scores={"margin": 0.5, "entropy": 1.25, "evidence": 0.1 * i}, no_source=i == 0,
-                     reason="weak evidence (best 0.63, Mona Lisa) → answered from memory")
+                     reason="weak evidence (best 0.63, Mona Lisa) → answered from memory", confirmed=i == 2)
         row = log.get(log.record(ans, source="ask"))
     assert row["extra"]["scores"] == {"margin": 0.5, "entropy": 1.25, "evidence": pytest.approx(0.2)}
     assert row["extra"]["found"] == [[3, "Mona Lisa", 0.63], [9, "Louvre", 0.41]]
     assert row["extra"]["reason"].startswith("weak evidence") and row["extra"]["no_source"] is False
+    assert row["extra"]["confirmed"] is True  # the passages held the draft's answer
     assert row["u"] == pytest.approx(0.2) and row["u_margin"] == 0.5 and row["passages"] == []
     assert [r.u for r in score_rows(log, "evidence", 20)] == pytest.approx([0.0, 0.1, 0.2])

@@ -99,3 +99,31 @@ def test_make_gate_composes_score_and_threshold():
     assert gates.make_gate("margin", 0.99)(sig).signal == pytest.approx(1.0)
     assert gates.make_gate("variance", 0.4)(sig).retrieve is True
     assert gates.make_gate("never", 0.0)(sig).signal is None
+
+
+def test_the_evidence_gate_reads_the_model_apart_where_the_passages_say_its_draft():
+    """Where the packed context contains the draft's answer, P(Never right | U_mar) comes from the
+    confirmed fit (such answers are right far more often: reading changes little); otherwise from
+    the unconfirmed one; unknown (None), from the fit over every question. A model whose dev records
+    had too few confirmed questions ships one fit, and the flag changes nothing."""
+    from targ_mlx.gates.evidence import calibrations, interp, memory_fit
+
+    gaps = [2.0] * 20
+    ev = (gates.Evidence("Mona Lisa", 0.62), gates.Evidence("Louvre", 0.41))
+    cal = calibrations()["qwen2.5-coder-1.5b"]
+    assert "memory_confirmed" in cal and "memory_unconfirmed" in cal
+    u_mar, p_read = gates.margin_score(gaps), interp(cal["read"]["x"], cal["read"]["y"], 0.62)
+    g = gates.get("evidence")
+    for confirmed, fit in ((True, "memory_confirmed"), (False, "memory_unconfirmed"), (None, "memory")):
+        sig = gates.Signals(gaps=gaps, evidence=ev, model="qwen2.5-coder-1.5b", confirmed=confirmed)
+        p_mem = interp(cal[fit]["x"], cal[fit]["y"], u_mar)
+        assert g.score(sig, gates.GateParams(20)) == pytest.approx(p_read * (1 - p_mem))
+    sure = gates.Signals(gaps=gaps, evidence=ev, model="qwen2.5-coder-1.5b", confirmed=True)
+    unsure = gates.Signals(gaps=gaps, evidence=ev, model="qwen2.5-coder-1.5b", confirmed=False)
+    assert g.score(sure, gates.GateParams(20)) < g.score(unsure, gates.GateParams(20))
+    # declining, it says why, and a confirmed answer is never "no good source"
+    d = g.decide(sure, 1e9, gates.GateParams(20))
+    assert not d.retrieve and not d.no_source
+    assert d.reason.startswith("the passages say what the model would say (0.62, Mona Lisa)")
+    one = {"read": cal["read"], "memory": cal["memory"]}  # what fit_evidence ships under 30 confirmed
+    assert memory_fit(one, True) is memory_fit(one, False) is memory_fit(one, None) is cal["memory"]

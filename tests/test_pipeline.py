@@ -32,6 +32,8 @@ def test_an_asked_and_an_evaluated_question_get_the_same_answers(backbone, small
     assert [[p.key, p.title] for p in looked.found] == [p[:2] for p in rec.always["passages"]]
     assert looked.scores["evidence"] == pytest.approx(rec.scores["evidence"]["8"], abs=1e-4)  # record keeps 4 decimals of s_1
     assert looked.answer == never.answer and not looked.retrieved
+    # and asks the same question of the passages: does the context contain the draft's answer?
+    assert looked.confirmed is not None and int(looked.confirmed) == rec.always["confirms"]["8"]
 
 
 def test_packing_is_clamped_at_zero(backbone, small_index_dir, small_index_questions):
@@ -43,3 +45,25 @@ def test_packing_is_clamped_at_zero(backbone, small_index_dir, small_index_quest
     s = Settings(max_tokens=backbone.context_length - 10)
     packed = pipeline.pack(backbone, q, hits, s)
     assert packed.tokens == 0 and packed.text == "" and packed.passages == ()
+
+
+def test_a_draft_is_confirmed_where_the_context_says_its_claim_words_before_eos(backbone):
+    """`confirms`: every word of the draft's text up to its first EOS that the question does not
+    already say (nor a function word) occurs in the context as a word; a short answer and a
+    sentence answer are confirmed alike."""
+    tok = backbone.tokenizer
+    eos = next(iter(tok.eos_ids))
+    q = "who painted the mona lisa"
+    context = "[Mona Lisa] The Mona Lisa is a portrait painting by the Italian artist Leonardo da Vinci."
+    for answer in ("Leonardo da Vinci", "Leonardo da Vinci painted the Mona Lisa.", "It was painted by Leonardo da Vinci"):
+        assert pipeline.confirms(tok, tok.encode(answer) + [eos], context, q), answer
+    assert not pipeline.confirms(tok, tok.encode("Raphael painted the Mona Lisa.") + [eos], context, q)
+    assert not pipeline.confirms(tok, tok.encode("Leonardo da Vinci in 1503") + [eos], context, q)  # 1503: not said
+    # what follows the EOS is not part of the answer
+    assert pipeline.confirms(tok, tok.encode("Leonardo da Vinci") + [eos] + tok.encode(" and Raphael"), context, q)
+    # words, not substrings: "20" is not said by "2020"
+    assert not pipeline.confirms(tok, tok.encode("20") + [eos], "It was built in 2020.", "when was it built")
+    assert pipeline.confirms(tok, tok.encode("In 2020.") + [eos], "It was built in 2020.", "when was it built")
+    # an answer that only restates the question, or nothing, says nothing
+    assert not pipeline.confirms(tok, tok.encode("The Mona Lisa.") + [eos], context, q)
+    assert not pipeline.confirms(tok, [eos], context, q)

@@ -31,11 +31,13 @@ def test_a_search_first_gate_searches_before_it_decides(backbone, small_index_di
     ans = events[-1].answer
     assert decided.decision.retrieve and ans.retrieved and ans.passages  # tau 0: any evidence reads
     assert ans.scores["evidence"] == decided.decision.signal and "read" in ans.reason
+    assert isinstance(ans.confirmed, bool)  # it searched with a draft: it asked the passages about it
     # a draft-only gate reads after deciding: the search comes after Decided, only when it reads
     events = list(runner.stream_answer(backbone, r, q, Settings(gate="margin", tau=0.0, max_tokens=12)))
     assert _kinds(events) == ["Drafted", "Decided", "Searched", "Text", "Done"]
     events = list(runner.stream_answer(backbone, r, q, Settings(gate="margin", tau=1e9, max_tokens=12)))
     assert "Searched" not in _kinds(events) and not events[-1].answer.searched
+    assert events[-1].answer.confirmed is None  # nothing searched, nothing to confirm
 
 
 def test_a_skip_after_search_is_the_never_answer_token_for_token(assistant_factory, small_index_dir,

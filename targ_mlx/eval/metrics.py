@@ -4,21 +4,12 @@ and the bootstrap; pure functions over strings and arrays.
 
 from __future__ import annotations
 
-import re
-import string
 from collections import Counter
 from typing import Callable, Sequence
 
 import numpy as np
 
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
-_PUNCT = set(string.punctuation)
-
-
-def normalize(text: str) -> str:
-    """SQuAD's normalize_answer: lower, drop punctuation and articles, collapse whitespace."""
-    text = "".join(ch for ch in text.lower() if ch not in _PUNCT)
-    return " ".join(_ARTICLES.sub(" ", text).split())
+from targ_mlx.matching import contains, normalize  # noqa: F401  (accuracy is the core's containment)
 
 
 def exact_match(prediction: str, golds: Sequence[str]) -> float:
@@ -40,15 +31,6 @@ def _f1(pred_tokens: list[str], gold_tokens: list[str]) -> float:
 def f1_score(prediction: str, golds: Sequence[str]) -> float:
     p = normalize(prediction).split()
     return max((_f1(p, normalize(g).split()) for g in golds), default=0.0)
-
-
-def contains(prediction: str, golds: Sequence[str]) -> float:
-    """Accuracy as in PopQA/Self-RAG: a normalised gold answer occurs in the normalised output.
-
-    For ASQA this is STR-EM (a gold short answer contained in the output).
-    """
-    p = f" {normalize(prediction)} "
-    return float(any(normalize(g) and f" {normalize(g)} " in p for g in golds))
 
 
 def score_all(prediction: str, golds: Sequence[str]) -> dict[str, float]:

@@ -104,15 +104,18 @@ def sample_seed(seed: int, batch_no: int) -> int:
 
 
 def gate_scores(entropies: Sequence[float], gaps: Sequence[float], samples: Sequence[Sequence[int]],
-                ks: Sequence[int], beta: float, passages: Sequence | None = None, model: str = "") -> dict:
+                ks: Sequence[int], beta: float, passages: Sequence | None = None, model: str = "",
+                confirms: dict | None = None) -> dict:
     """`{gate: {str(k): U}}` for every registered gate the signals allow, at every k: the runner's
     scoring (`gates.score_all`) over the draft, and over the packed passages ([key, title,
-    similarity]) for a gate that looks at the search."""
+    similarity]) and whether they contain the k-token draft's answer (`confirms`, by str(k)) for
+    a gate that looks at the search."""
     evidence = None if passages is None else tuple(
         gates.Evidence(p[1], float(p[2]), float(p[3]) if len(p) > 3 else None) for p in passages)
-    sig = gates.Signals(entropies, gaps, samples, evidence, model)
     out: dict = {g: {} for g in SCORED_GATES}
     for k in ks:
+        c = (confirms or {}).get(str(k))
+        sig = gates.Signals(entropies, gaps, samples, evidence, model, None if c is None else bool(c))
         for g, u in gates.score_all(sig, gates.GateParams(k, beta)).items():
             out.setdefault(g, {})[str(k)] = u
     return out
@@ -129,7 +132,8 @@ def fill_scores(records: Sequence[dict], model: str, beta: float, search_changed
         want = {g for g in gates.scored_names() if not r["scores"].get(g) or (search_changed and g in search)}
         if not want or not ks:
             continue
-        new = gate_scores(r["entropies"], r["gaps"], r["samples"], ks, beta, r["always"].get("passages"), model)
+        new = gate_scores(r["entropies"], r["gaps"], r["samples"], ks, beta, r["always"].get("passages"), model,
+                          r["always"].get("confirms"))
         add = {g: v for g, v in new.items() if g in want and v}
         if add:
             r["scores"] = {**r["scores"], **add}
@@ -138,9 +142,10 @@ def fill_scores(records: Sequence[dict], model: str, beta: float, search_changed
 
 
 def _context_part(bb: Backbone, items: Sequence[QAItem], found: Sequence[Sequence], s: RecordSettings,
-                  cost: dict) -> tuple[list[dict], list[float | None]]:
+                  cost: dict, drafts: Sequence[Sequence[int]]) -> tuple[list[dict], list[float | None]]:
     """Everything that depends on the corpus: the packed top-K passages, the Always answer from
-    B(q)+C, whether an answer string is in the retrieved passages (hit@K), and CRAG-lite's grade
+    B(q)+C, whether an answer string is in the retrieved passages (hit@K), whether the packed
+    context contains the k-token draft's answer (`confirms`, per k scored), and CRAG-lite's grade
     of the context. The draft, the samples, the Never answer and the other probes do not."""
     tok = bb.tokenizer
     qs = [it.question.strip() for it in items]
@@ -162,10 +167,11 @@ def _context_part(bb: Backbone, items: Sequence[QAItem], found: Sequence[Sequenc
                              yes, no)
         cost["probes"] = cost.get("probes", 0.0) + time.perf_counter() - t0
     branches = []
-    for it, p, toks, hits in zip(items, packed, always.tokens, found):
+    for it, q, p, toks, hits, d in zip(items, qs, packed, always.tokens, found, drafts):
         a_ans, a_len = pipeline.answer_text(bb, toks, s.max_tokens)
         branches.append({"answer": a_ans, **score_all(a_ans, it.answers), "tok_out": a_len, "tok_ctx": p.tokens,
                          "passages": [passage_row(x) for x in p.passages],
+                         "confirms": {str(k): int(pipeline.confirms(tok, d[:k], p.text, q)) for k in s.ks},
                          "hit": contains(" ".join(h.text for h in hits), it.answers)})
     return branches, p_rel
 
@@ -190,7 +196,7 @@ def record_batch(bb: Backbone, retriever, items: Sequence[QAItem], s: RecordSett
                                         s.temperature, seed=sample_seed(s.seed, batch_no))
     cost["draft"] = time.perf_counter() - t0
 
-    always, p_rel = _context_part(bb, items, found, s, cost)
+    always, p_rel = _context_part(bb, items, found, s, cost, greedy.tokens)
 
     never_text = [pipeline.answer_text(bb, g, s.max_tokens) for g in greedy.tokens]
     probe_vals: list[dict] = [{} for _ in items]
@@ -213,7 +219,7 @@ def record_batch(bb: Backbone, retriever, items: Sequence[QAItem], s: RecordSett
             id=it.id, question=it.question, answers=list(it.answers), tok_prompt=len(base_ids[i]),
             draft=greedy.tokens[i], entropies=ents, gaps=gaps_, logprobs=lps[: min(len(lps), s.max_tokens)],
             samples=samples[i], scores=gate_scores(ents, gaps_, samples[i], s.ks, s.beta, always[i]["passages"],
-                                                   bb.model_id),
+                                                   bb.model_id, always[i]["confirms"]),
             never={"answer": n_ans, **score_all(n_ans, it.answers), "tok_out": n_len},
             always=always[i], probes=probe_vals[i], cost=share, batch=batch_no,
         ))
@@ -226,7 +232,7 @@ def rerecord_batch(bb: Backbone, items: Sequence[QAItem], base: Sequence[dict], 
     index) keep their draft, samples, Never answer and corpus-free probes; only the retrieval, the
     Always answer, hit@K and CRAG-lite's grade are computed again, so it costs those stages only."""
     cost: dict = {}
-    always, p_rel = _context_part(bb, items, found, s, cost)
+    always, p_rel = _context_part(bb, items, found, s, cost, [r["draft"] for r in base])
     out = []
     for r, a, pr in zip(base, always, p_rel):
         probes_ = {**r.get("probes", {}), **({"p_relevant": pr} if pr is not None else {})}

@@ -4,12 +4,15 @@ On a local index the search costs milliseconds and reading costs 2-4x a closed-b
 this gate decides whether to *read* after looking at what the search found. Its score estimates
 P(retrieval helps) as the product of two monotone calibrations, each of one training-free signal:
 
-    U_evi = P(Always right | top-1 similarity) * P(Never wrong | U_mar)
+    U_evi = P(Always right | top-1 similarity) * P(Never wrong | U_mar, confirmed)
 
-P(Never wrong | U_mar) says the model does not know (the paper's margin score, k and beta as
-set); P(Always right | s_1) says the index holds something close to the question. Both are
-isotonic fits on dev-half eval records, shipped per model in `evidence_calibration.json`
-(`scripts/fit_evidence.py` writes it; the eval judges it on the other half). One scalar against
+P(Never wrong | U_mar, confirmed) says the model does not know: the paper's margin score (k and
+beta as set), read separately for questions whose context already contains the draft's answer
+("confirmed": the evidence says what the model would say, so its answer is likelier right and
+reading changes little) and the others. P(Always right | s_1) says the index holds something
+close to the question. Each is an isotonic fit on dev-half eval records, shipped per model in
+`evidence_calibration.json` (`scripts/fit_evidence.py` writes it; the eval judges it on the other
+half); a model with too few confirmed dev questions ships one memory fit for both. One scalar against
 one threshold, so the one budget rule calibrates it like the paper's gates. No second model
 pass over the passages: that is the reading it saves.
 """
@@ -62,15 +65,24 @@ def top_similarity(sig: Signals) -> float:
     return max((e.similarity for e in sig.evidence or ()), default=0.0)
 
 
+def memory_fit(cal: dict, confirmed: bool | None) -> dict:
+    """The P(Never right | U_mar) fit for this question: the confirmed or unconfirmed one where
+    the model ships both and the runner could tell, else the one fit over every question."""
+    if confirmed is None:
+        return cal["memory"]
+    return cal.get("memory_confirmed" if confirmed else "memory_unconfirmed") or cal["memory"]
+
+
 def parts(sig: Signals, p: GateParams = GateParams()) -> tuple[float, float, float, float]:
-    """(s_1, U_mar, P(Always right | s_1), P(Never right | U_mar)) for one question."""
+    """(s_1, U_mar, P(Always right | s_1), P(Never right | U_mar, confirmed)) for one question."""
     if sig.evidence is None:
         raise ValueError("the evidence gate needs the search's passages; the runner searches before it decides")
     cal = calibration_for(sig.model)
     s1 = top_similarity(sig)
     u_mar = margin_score(list(sig.gaps)[: p.k], p.beta)
     p_read = interp(cal["read"]["x"], cal["read"]["y"], s1)
-    p_mem = interp(cal["memory"]["x"], cal["memory"]["y"], u_mar)
+    mem = memory_fit(cal, sig.confirmed)
+    p_mem = interp(mem["x"], mem["y"], u_mar)
     return s1, u_mar, p_read, p_mem
 
 
@@ -101,11 +113,13 @@ class EvidenceGate(Gate):
         if retrieve:
             why = (f"model {'unsure' if unsure else 'may know'} (U {u_mar:.2f}), strong evidence "
                    f"({s1:.2f}{title}) → read {len(sig.evidence or ())} passages")
+        elif sig.confirmed:
+            why = f"the passages say what the model would say ({s1:.2f}{title}) → answered from memory"
         elif p_read <= 1.0 - p_mem:  # the evidence, not the model's confidence, is what held it back
             why = f"weak evidence (best {s1:.2f}{title}) → answered from memory"
         else:
             why = f"model sure (U {u_mar:.2f}) → answered from memory"
-        no_source = not retrieve and unsure and p_read <= 1.0 - p_mem
+        no_source = not retrieve and unsure and p_read <= 1.0 - p_mem and not sig.confirmed
         return GateDecision(retrieve, float(u), float(tau), self.name, why, no_source)
 
 

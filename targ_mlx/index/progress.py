@@ -13,10 +13,16 @@ import time
 class ProgressBar:
     """One stderr line: done/total, percent, passages/s, ETA (the library only calls back)."""
 
-    def __init__(self, stream=sys.stderr, every: float = 0.5):
-        self.stream, self.every = stream, every
+    def __init__(self, stream=None, every: float = 0.5):
+        self._stream, self.every = stream, every
         self.t0 = self.first = None
         self.last = 0.0
+
+    @property
+    def stream(self):
+        # sys.stderr as it is when the bar writes, not when this module was imported (a test's
+        # captured stream, or a caller's redirect, may have replaced and closed that one)
+        return self._stream if self._stream is not None else sys.stderr
 
     def __call__(self, done: int, total: int) -> None:
         now = time.perf_counter()

@@ -155,14 +155,7 @@ def _read_with_gguf_package(path: str, first_error: Exception | None = None,
         raise ModelLoadError(
             f"cannot read GGUF file {path} ({first_error or e}); it is truncated or not a GGUF file: re-download it"
         ) from e
-    meta = {}
-    for name, field in reader.fields.items():
-        if name.startswith("GGUF."):
-            continue
-        try:
-            meta[name] = field.contents()
-        except Exception:  # some exotic field types; the model does not need them
-            continue
+    meta = _fields(reader)
     weights = {}
     for t in reader.tensors:
         # GGUF stores dims fastest-first; numpy shape from the reader is already row-major.
@@ -177,6 +170,29 @@ def _read_with_gguf_package(path: str, first_error: Exception | None = None,
         arr = dequantize(t.data, t.tensor_type)
         weights[t.name] = mx.array(np.asarray(arr, dtype=np.float32).reshape(shape))
     return weights, meta
+
+
+def _fields(reader) -> dict:
+    meta = {}
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF."):
+            continue
+        try:
+            meta[name] = field.contents()
+        except Exception:  # some exotic field types; the model does not need them
+            continue
+    return meta
+
+
+def metadata(path: str) -> dict:
+    """A GGUF file's metadata from its header (memory-mapped; no tensor is read): enough for its
+    tokenizer (`tokenizer.tokenizer_from_gguf`) without loading the model."""
+    from gguf import GGUFReader
+
+    try:
+        return _fields(GGUFReader(path))
+    except Exception as e:
+        raise ModelLoadError(f"cannot read GGUF file {path} ({e}); it is truncated or not a GGUF file: re-download it") from e
 
 
 def stored_blocks(path: str, types: set[int]) -> dict[str, tuple[int, np.ndarray]]:

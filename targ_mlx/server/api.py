@@ -146,7 +146,7 @@ def decision_field(ans: Answer, decision_id: int | None = None) -> dict:
     return {
         "decision": {"gate": ans.gate, "score": ans.score, "threshold": tau, "read": ans.retrieved,
                      "searched": ans.searched, "reason": ans.reason, "no_source": ans.no_source,
-                     "scores": ans.scores, "note": ans.note or None, "search_query": ans.search_query},
+                     "confirmed": ans.confirmed, "scores": ans.scores, "note": ans.note or None, "search_query": ans.search_query},
         "passages": [{"key": p.key, "title": p.title, "similarity": p.score} for p in ans.passages],
         "found": [{"key": p.key, "title": p.title, "similarity": p.score} for p in ans.found],
         "timings": {"draft": lat.draft, "gate": lat.gate, "search": lat.retrieval, "prefill": lat.prefill,
