@@ -55,6 +55,9 @@ def cells(folders, k, beta):
                 "umar": np.array([margin_score(r["gaps"][:k], beta) for r in rows]),
                 "A": np.array([r["always"][METRIC] for r in rows], float),
                 "N": np.array([r["never"][METRIC] for r in rows], float),
+                # the search's other shapes: how far the best stands above the K-th, the top 3's mean
+                "gapK": np.array([ps[0][2] - ps[-1][2] if len(ps := r["always"]["passages"]) > 1 else 0.0 for r in rows]),
+                "mean3": np.array([np.mean([p[2] for p in r["always"]["passages"][:3]]) for r in rows]),
                 "conf": np.array([r["always"]["confirms"][str(k)] for r in rows], bool)}
     return out
 
@@ -68,6 +71,8 @@ def forms(fit):
     return {
         "product, memory split by confirmed (shipped)": lambda c: lin(rx, ry, c["s1"]) * (1 - mem(c)),
         "product, interpolated (shipped until 2026-11-26)": lambda c: lin(rx, ry, c["s1"]) * (1 - lin(mx_, my, c["umar"])),
+        "product, read on s_1 - s_K (gap to the K-th), split": lambda c: lin(*fit["read_gap"], c["gapK"]) * (1 - mem(c)),
+        "product, read on the top 3's mean similarity, split": lambda c: lin(*fit["read_mean3"], c["mean3"]) * (1 - mem(c)),
         "difference, memory split by confirmed": lambda c: lin(rx, ry, c["s1"]) - mem(c),
         "product, steps, ties by s_1": lambda c: step(rx, ry, c["s1"]) * (1 - step(mx_, my, c["umar"])) + 1e-9 * c["s1"],
         "difference, interpolated": lambda c: lin(rx, ry, c["s1"]) - lin(mx_, my, c["umar"]),
@@ -102,8 +107,10 @@ def main(argv=None) -> int:
         folds = {n: rng.permutation(len(c["s1"])) % 2 for n, c in cs.items()}
         for f in (0, 1):
             part = lambda c, n, which: {k: v[folds[n] == which] for k, v in c.items()}  # noqa: E731
-            fit_rows = {k: np.concatenate([part(c, n, f)[k] for n, c in cs.items()]) for k in ("s1", "umar", "A", "N", "conf")}
+            fit_rows = {k: np.concatenate([part(c, n, f)[k] for n, c in cs.items()]) for k in ("s1", "umar", "A", "N", "conf", "gapK", "mean3")}
             fit = {"read": isotonic(fit_rows["s1"], fit_rows["A"]), "memory": isotonic(fit_rows["umar"], fit_rows["N"], False)}
+            fit["read_gap"] = isotonic(fit_rows["gapK"], fit_rows["A"])
+            fit["read_mean3"] = isotonic(fit_rows["mean3"], fit_rows["A"])
             c = fit_rows["conf"]
             if min(c.sum(), (~c).sum()) >= MIN_SPLIT:  # as scripts/fit_evidence.py ships it
                 fit["memory_confirmed"] = isotonic(fit_rows["umar"][c], fit_rows["N"][c], False)
