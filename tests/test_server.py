@@ -83,11 +83,13 @@ def test_a_completion_carries_the_answer_and_the_decision(served, log, small_ind
     d = targ["decision"]
     assert d["gate"] == "evidence" and d["searched"] and d["reason"] and d["threshold"] is not None
     assert d["read"] == (d["score"] > d["threshold"]) and set(d["scores"]) >= {"margin", "evidence"}
+    assert isinstance(d["confirmed"], bool)  # it searched with a draft: the passages were asked about it
     assert targ["found"] and (targ["passages"] == targ["found"][: len(targ["passages"])] if d["read"]
                               else targ["passages"] == [])
     assert targ["timings"]["search"] > 0 and targ["timings"]["total"] > 0
     row = log.get(targ["decision_id"])  # every answered request is logged, as ask logs
     assert row["answer"] == text and row["session"] == "serve-test" and row["gate"] == "evidence"
+    assert row["extra"]["confirmed"] == d["confirmed"]
     assert body["usage"]["completion_tokens"] == row["tok_output"]
 
 
