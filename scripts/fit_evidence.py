@@ -5,8 +5,8 @@ other half) of each given run folder's datasets:
 
     P(Always right | top-1 similarity)   increasing isotonic fit
     P(Never right  | U_mar at k)         decreasing isotonic fit, over every question ("memory"), and
-                                         apart for the questions whose packed context contains the
-                                         k-token draft's answer and the others ("memory_confirmed",
+                                         apart for the questions whose packed context says what the
+                                         k-token draft says (pipeline.confirms) and the others ("memory_confirmed",
                                          "memory_unconfirmed"; only where each has MIN_SPLIT rows)
 
 and a "default" entry pooled over every model, for models with no fit of their own. Writes

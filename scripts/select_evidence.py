@@ -1,8 +1,8 @@
 """Choose the evidence gate's form on dev halves only (2-fold cross-validation inside each dev half).
 
 Every candidate is a monotone combination of the same calibrations, P(Always right | s_1) and
-P(Never right | U_mar) (over every question, or apart for questions whose packed context contains
-the draft's answer, "confirmed", and the others), or s_1 alone. For each model, the dev half of every cell (the half the
+P(Never right | U_mar) (over every question, or apart for questions whose packed context says
+what the draft says, "confirmed", and the others), or s_1 alone. For each model, the dev half of every cell (the half the
 reports never judge on) is split in two folds; calibrations are fitted on one fold pooled over the
 model's cells, the reading budget and tau chosen on that fold by the eval's one rule, and the gate
 judged against a random gate at its rate on the other fold; then the folds swap. The form with

@@ -66,7 +66,7 @@ class Answer:
     searched: bool = False  # the index was searched (a search-first gate, or a read)
     reason: str = ""  # the gate's one-line why: "weak evidence (best 0.31) → answered from memory"
     no_source: bool = False  # the model is unsure and the index had no passage good enough to read
-    confirmed: bool | None = None  # the found context contains the draft's answer (None: no draft or no search)
+    confirmed: bool | None = None  # the found context says what the draft says (None: no draft or no search)
 
     def to_dict(self) -> dict:
         return asdict(self)

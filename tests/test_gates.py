@@ -102,7 +102,7 @@ def test_make_gate_composes_score_and_threshold():
 
 
 def test_the_evidence_gate_reads_the_model_apart_where_the_passages_say_its_draft():
-    """Where the packed context contains the draft's answer, P(Never right | U_mar) comes from the
+    """Where the packed context says what the draft says, P(Never right | U_mar) comes from the
     confirmed fit (such answers are right far more often: reading changes little); otherwise from
     the unconfirmed one; unknown (None), from the fit over every question. A model whose dev records
     had too few confirmed questions ships one fit, and the flag changes nothing."""

@@ -32,7 +32,7 @@ def test_an_asked_and_an_evaluated_question_get_the_same_answers(backbone, small
     assert [[p.key, p.title] for p in looked.found] == [p[:2] for p in rec.always["passages"]]
     assert looked.scores["evidence"] == pytest.approx(rec.scores["evidence"]["8"], abs=1e-4)  # record keeps 4 decimals of s_1
     assert looked.answer == never.answer and not looked.retrieved
-    # and asks the same question of the passages: does the context contain the draft's answer?
+    # and asks the passages the same question: do they say what the draft says?
     assert looked.confirmed is not None and int(looked.confirmed) == rec.always["confirms"]["8"]
 
 

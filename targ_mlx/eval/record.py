@@ -108,8 +108,8 @@ def gate_scores(entropies: Sequence[float], gaps: Sequence[float], samples: Sequ
                 confirms: dict | None = None) -> dict:
     """`{gate: {str(k): U}}` for every registered gate the signals allow, at every k: the runner's
     scoring (`gates.score_all`) over the draft, and over the packed passages ([key, title,
-    similarity]) and whether they contain the k-token draft's answer (`confirms`, by str(k)) for
-    a gate that looks at the search."""
+    similarity]) and whether they say what the k-token draft says (`confirms`, by str(k)) for a
+    gate that looks at the search."""
     evidence = None if passages is None else tuple(
         gates.Evidence(p[1], float(p[2]), float(p[3]) if len(p) > 3 else None) for p in passages)
     out: dict = {g: {} for g in SCORED_GATES}
@@ -145,7 +145,7 @@ def _context_part(bb: Backbone, items: Sequence[QAItem], found: Sequence[Sequenc
                   cost: dict, drafts: Sequence[Sequence[int]]) -> tuple[list[dict], list[float | None]]:
     """Everything that depends on the corpus: the packed top-K passages, the Always answer from
     B(q)+C, whether an answer string is in the retrieved passages (hit@K), whether the packed
-    context contains the k-token draft's answer (`confirms`, per k scored), and CRAG-lite's grade
+    context says what the k-token draft says (`confirms`, per k scored), and CRAG-lite's grade
     of the context. The draft, the samples, the Never answer and the other probes do not."""
     tok = bb.tokenizer
     qs = [it.question.strip() for it in items]

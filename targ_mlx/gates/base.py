@@ -44,8 +44,8 @@ class Signals:
     samples: Sequence[Sequence[int]] = ()  # N sampled prefixes, token ids
     evidence: Sequence[Evidence] | None = None  # the search's passages, best first; None: not searched
     model: str = ""  # the model key, for gates calibrated per model
-    # The draft's answer occurs in the context reading would read (`pipeline.confirms`): the evidence
-    # says what the model would say anyway. None: not searched, or no draft.
+    # The context reading would read already says what the draft says (`pipeline.confirms`): the
+    # evidence says what the model would say anyway. None: not searched, or no draft.
     confirmed: bool | None = None
 
 

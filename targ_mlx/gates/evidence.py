@@ -7,9 +7,9 @@ P(retrieval helps) as the product of two monotone calibrations, each of one trai
     U_evi = P(Always right | top-1 similarity) * P(Never wrong | U_mar, confirmed)
 
 P(Never wrong | U_mar, confirmed) says the model does not know: the paper's margin score (k and
-beta as set), read separately for questions whose context already contains the draft's answer
-("confirmed": the evidence says what the model would say, so its answer is likelier right and
-reading changes little) and the others. P(Always right | s_1) says the index holds something
+beta as set), read separately for questions whose context already says what the draft says
+("confirmed", `pipeline.confirms`: every claim word of the draft occurs in it, so its answer is
+likelier right and reading changes little) and the others. P(Always right | s_1) says the index holds something
 close to the question. Each is an isotonic fit on dev-half eval records, shipped per model in
 `evidence_calibration.json` (`scripts/fit_evidence.py` writes it; the eval judges it on the other
 half); a model with too few confirmed dev questions ships one memory fit for both. One scalar against
