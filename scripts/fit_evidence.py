@@ -26,17 +26,17 @@ from pathlib import Path
 
 import numpy as np
 
-from targ_mlx.calibration import budget_threshold, isotonic
+from targ_mlx.calibration import budget_threshold
 from targ_mlx.defaults import DEFAULT_BETA, DEFAULT_K
 from targ_mlx.eval.run import read_jsonl
 from targ_mlx.eval.sweep import split
 from targ_mlx.gates import margin_score
+from targ_mlx.gates.evidence import MIN_SPLIT
 
 OUT = Path(__file__).resolve().parents[1] / "targ_mlx" / "gates" / "evidence_calibration.json"
 DATASETS = ("nq_open", "popqa", "triviaqa")  # MuSiQue: every method at <= 0.4%, nothing to fit
 METRIC = "acc"  # a gold answer contained: the metric every model's headline compares on
 SHIP_RATE = 0.3  # the shipped tau: this share of dev questions would read
-MIN_SPLIT = 30  # fewer confirmed (or unconfirmed) dev questions than this: one memory fit for both
 
 
 def dev_rows(folders: list[Path], k: int, beta: float) -> dict[str, np.ndarray]:
@@ -68,15 +68,10 @@ def dev_rows(folders: list[Path], k: int, beta: float) -> dict[str, np.ndarray]:
 
 
 def fit(rows: dict) -> dict:
-    from targ_mlx.gates.evidence import evidence_score, interp, memory_fit
+    from targ_mlx.gates.evidence import evidence_score, fit_calibration, interp, memory_fit
 
-    r6 = lambda v: [round(float(t), 6) for t in v]  # noqa: E731
-    knots = lambda x, y, inc: dict(zip(("x", "y"), map(r6, isotonic(x, y, increasing=inc))))  # noqa: E731
-    out = {"read": knots(rows["s1"], rows["always"], True), "memory": knots(rows["umar"], rows["never"], False)}
+    out = fit_calibration(rows["s1"], rows["umar"], rows["always"], rows["never"], rows["confirmed"], digits=6)
     c = rows["confirmed"]
-    if min(c.sum(), (~c).sum()) >= MIN_SPLIT:
-        out["memory_confirmed"] = knots(rows["umar"][c], rows["never"][c], False)
-        out["memory_unconfirmed"] = knots(rows["umar"][~c], rows["never"][~c], False)
     u = []
     for s, m, ci in zip(rows["s1"], rows["umar"], c):
         mem = memory_fit(out, bool(ci))

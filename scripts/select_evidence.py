@@ -27,11 +27,10 @@ from targ_mlx.eval import controls as ctl
 from targ_mlx.eval.run import read_jsonl
 from targ_mlx.eval.sweep import BUDGETS, split
 from targ_mlx.gates import margin_score
-from targ_mlx.gates.evidence import interp
+from targ_mlx.gates.evidence import fit_calibration, interp, memory_fit
 
 DATASETS = ("nq_open", "popqa", "triviaqa")
 METRIC = "acc"
-MIN_SPLIT = 30  # scripts/fit_evidence.py's: fewer confirmed dev questions, one memory fit
 
 
 def step(kx, ky, x):
@@ -63,11 +62,11 @@ def cells(folders, k, beta):
 
 
 def forms(fit):
-    (rx, ry), (mx_, my) = fit["read"], fit["memory"]
+    rx, ry, mx_, my = fit["read"]["x"], fit["read"]["y"], fit["memory"]["x"], fit["memory"]["y"]
     lin = lambda kx, ky, x: np.array([interp(kx, ky, float(v)) for v in x])  # noqa: E731
-    split = fit.get("memory_confirmed") is not None
-    mem = lambda c: (np.where(c["conf"], lin(*fit["memory_confirmed"], c["umar"]),  # noqa: E731
-                              lin(*fit["memory_unconfirmed"], c["umar"])) if split else lin(mx_, my, c["umar"]))
+    on = lambda f, x: lin(f["x"], f["y"], x)  # noqa: E731
+    # as the gate reads it: the confirmed or unconfirmed fit where shipped, else the one fit
+    mem = lambda c: np.where(c["conf"], on(memory_fit(fit, True), c["umar"]), on(memory_fit(fit, False), c["umar"]))  # noqa: E731
     return {
         "product, memory split by confirmed (shipped)": lambda c: lin(rx, ry, c["s1"]) * (1 - mem(c)),
         "product, interpolated (shipped until 2026-11-26)": lambda c: lin(rx, ry, c["s1"]) * (1 - lin(mx_, my, c["umar"])),
@@ -108,13 +107,10 @@ def main(argv=None) -> int:
         for f in (0, 1):
             part = lambda c, n, which: {k: v[folds[n] == which] for k, v in c.items()}  # noqa: E731
             fit_rows = {k: np.concatenate([part(c, n, f)[k] for n, c in cs.items()]) for k in ("s1", "umar", "A", "N", "conf", "gapK", "mean3")}
-            fit = {"read": isotonic(fit_rows["s1"], fit_rows["A"]), "memory": isotonic(fit_rows["umar"], fit_rows["N"], False)}
+            # the fits scripts/fit_evidence.py ships, and two candidates' own read fits
+            fit = fit_calibration(fit_rows["s1"], fit_rows["umar"], fit_rows["A"], fit_rows["N"], fit_rows["conf"])
             fit["read_gap"] = isotonic(fit_rows["gapK"], fit_rows["A"])
             fit["read_mean3"] = isotonic(fit_rows["mean3"], fit_rows["A"])
-            c = fit_rows["conf"]
-            if min(c.sum(), (~c).sum()) >= MIN_SPLIT:  # as scripts/fit_evidence.py ships it
-                fit["memory_confirmed"] = isotonic(fit_rows["umar"][c], fit_rows["N"][c], False)
-                fit["memory_unconfirmed"] = isotonic(fit_rows["umar"][~c], fit_rows["N"][~c], False)
             for form, fn in forms(fit).items():
                 for n, c in cs.items():
                     a, b = part(c, n, f), part(c, n, 1 - f)

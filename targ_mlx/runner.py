@@ -142,9 +142,10 @@ def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] |
         yield Searched(_refs(packed, False), st.lat["retrieval"], searched)
 
     t_gate = time.perf_counter()
+    looked = d is not None and packed is not None  # a draft, and the search's passages to ask about it
     sig = Signals(d.entropies if d else (), d.gaps if d else (), d.samples if d else (),
                   evidence_of(packed) if packed is not None else None, bb.model_id,
-                  pipeline.confirms(bb.tokenizer, d.tokens, packed.text, q) if d is not None and packed is not None else None)
+                  pipeline.confirms(bb.tokenizer, d.tokens, packed.text, q) if looked else None)
     scores = gates.score_all(sig, p)
     if SEARCH in g.needs and packed is None:  # the index is not ready: nothing to look at, nothing to read
         decision = GateDecision(False, None, s.tau, g.name, f"{unavailable} → answered from memory")

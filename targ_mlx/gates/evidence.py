@@ -24,10 +24,14 @@ from functools import lru_cache
 from importlib import resources
 from typing import Sequence
 
+import numpy as np
+
+from targ_mlx.calibration import isotonic
 from targ_mlx.gates.base import DRAFT, SEARCH, Gate, GateDecision, GateParams, Signals, register
 from targ_mlx.gates.paper import margin_score
 
 CALIBRATION_FILE = "evidence_calibration.json"
+MIN_SPLIT = 30  # fewer confirmed (or unconfirmed) dev questions than this: one memory fit for both
 DEFAULT_KEY = "default"  # pooled over every model's records: used for a model with no fit of its own
 
 
@@ -71,6 +75,23 @@ def memory_fit(cal: dict, confirmed: bool | None) -> dict:
     if confirmed is None:
         return cal["memory"]
     return cal.get("memory_confirmed" if confirmed else "memory_unconfirmed") or cal["memory"]
+
+
+def fit_calibration(s1: Sequence[float], u_mar: Sequence[float], always_right: Sequence[float],
+                    never_right: Sequence[float], confirmed: Sequence[bool], digits: int | None = None) -> dict:
+    """The isotonic fits the gate reads, from labelled questions (dev-half eval records): "read"
+    (P(Always right | s_1), increasing), "memory" (P(Never right | U_mar), decreasing, over every
+    question) and, where each side has MIN_SPLIT questions, "memory_confirmed" and
+    "memory_unconfirmed". Knots as {"x", "y"} lists, rounded to `digits` when given."""
+    r = (lambda v: [round(float(t), digits) for t in v]) if digits is not None else list  # noqa: E731
+    knots = lambda x, y, inc: dict(zip(("x", "y"), map(r, isotonic(x, y, increasing=inc))))  # noqa: E731
+    s1, u_mar, a, n = (np.asarray(v, float) for v in (s1, u_mar, always_right, never_right))
+    c = np.asarray(confirmed, bool)
+    out = {"read": knots(s1, a, True), "memory": knots(u_mar, n, False)}
+    if min(c.sum(), (~c).sum()) >= MIN_SPLIT:
+        out["memory_confirmed"] = knots(u_mar[c], n[c], False)
+        out["memory_unconfirmed"] = knots(u_mar[~c], n[~c], False)
+    return out
 
 
 def parts(sig: Signals, p: GateParams = GateParams()) -> tuple[float, float, float, float]:

@@ -143,18 +143,12 @@ def read_gguf(path: str, keep_blocks: bool = True) -> tuple[dict[str, mx.array],
 def _read_with_gguf_package(path: str, first_error: Exception | None = None,
                             keep_blocks: bool = True) -> tuple[dict[str, mx.array], dict]:
     try:
-        from gguf import GGUFReader
         from gguf.quants import dequantize
     except ImportError as e:  # pragma: no cover - gguf is a core dependency
         raise ModelLoadError("reading this GGUF's block types needs the `gguf` package: pip install gguf") from e
     from targ_mlx.runtime import gguf_blocks
 
-    try:
-        reader = GGUFReader(path)
-    except Exception as e:
-        raise ModelLoadError(
-            f"cannot read GGUF file {path} ({first_error or e}); it is truncated or not a GGUF file: re-download it"
-        ) from e
+    reader = _reader(path, first_error)
     meta = _fields(reader)
     weights = {}
     for t in reader.tensors:
@@ -184,15 +178,21 @@ def _fields(reader) -> dict:
     return meta
 
 
-def metadata(path: str) -> dict:
-    """A GGUF file's metadata from its header (memory-mapped; no tensor is read): enough for its
-    tokenizer (`tokenizer.tokenizer_from_gguf`) without loading the model."""
+def _reader(path: str, first_error: Exception | None = None):
     from gguf import GGUFReader
 
     try:
-        return _fields(GGUFReader(path))
+        return GGUFReader(path)
     except Exception as e:
-        raise ModelLoadError(f"cannot read GGUF file {path} ({e}); it is truncated or not a GGUF file: re-download it") from e
+        raise ModelLoadError(
+            f"cannot read GGUF file {path} ({first_error or e}); it is truncated or not a GGUF file: re-download it"
+        ) from e
+
+
+def metadata(path: str) -> dict:
+    """A GGUF file's metadata from its header (memory-mapped; no tensor is read): enough for its
+    tokenizer (`tokenizer.tokenizer_from_gguf`) without loading the model."""
+    return _fields(_reader(path))
 
 
 def stored_blocks(path: str, types: set[int]) -> dict[str, tuple[int, np.ndarray]]:
