@@ -39,6 +39,25 @@ def test_mlx_vector_of_a_text_does_not_depend_on_its_batch(passages):
     np.testing.assert_allclose(together, alone, atol=1e-6)
 
 
+def test_mlx_encoder_frees_each_layers_intermediates(passages):
+    """A batch is evaluated a layer at a time, so its peak memory is about one layer's buffers, not
+    six layers' (as one graph they all stayed alive: 560 MB instead of 206 MB at 32 x 131 tokens)."""
+    import mlx.core as mx
+
+    from targ_mlx.index.encoder import resolve_model
+    from targ_mlx.index.mlx_encoder import MlxBert
+
+    model = MlxBert(resolve_model("all-MiniLM-L6-v2"))
+    text = " ".join(x for _, x in passages)  # truncated to the model's 256 tokens
+    batch, tokens = 32, len(model.tokenizer.encode(text).ids)
+    model.encode([text] * 2)  # warm-up
+    mx.clear_cache()
+    mx.reset_peak_memory()
+    model.encode([text] * batch, batch_size=batch)
+    one_layer = batch * tokens * (3 * 384 + 2 * 1536 + 4 * 384) * 4  # qkv, FFN up + GELU, the rest
+    assert mx.get_peak_memory() < 2.5 * one_layer, (mx.get_peak_memory(), one_layer)
+
+
 def test_mlx_encoder_on_mlxs_own_ops_as_on_a_mac_matches_the_cpu_kernels(passages):
     from targ_mlx.index.encoder import resolve_model
     from targ_mlx.index.mlx_encoder import MlxBert

@@ -152,6 +152,10 @@ class MlxBert:
             x = ops.layer_norm(mx.addmm(lay["o_b"], a, lay["o_w"]), *lay["ln1"], self.eps, residual=x)
             u = ops.gelu(mx.addmm(lay["up_b"], x, lay["up_w"]))
             x = ops.layer_norm(mx.addmm(lay["down_b"], u, lay["down_w"]), *lay["ln2"], self.eps, residual=x)
+            # One layer at a time: evaluated as one graph, all six layers' intermediates stay alive
+            # (560 MB for 32 x 131 tokens, not 206) and every fresh buffer is page-faulted in, which
+            # made a batch 20-30% slower on the CPU.
+            mx.eval(x)
         mask = (mx.arange(L)[None, :] < lengths[:, None]).astype(mx.float32)[..., None]
         return (x.reshape(B, L, H) * mask).sum(1) / mx.maximum(mask.sum(1), 1e-9)
 
