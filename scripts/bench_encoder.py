@@ -104,6 +104,15 @@ def speed(variants: list[str], n: int, reps: int, batch_size: int) -> dict:
             "ratio_to_torch": {v: m / base for v, m in med.items()} if base else None}
 
 
+def agreement_with(top_ref: np.ndarray, queries: np.ndarray, vecs: np.ndarray, ref: np.ndarray, k: int = 5) -> dict:
+    """recall@k and top-1 agreement of exact search over `vecs` against the reference top k, and
+    the least cosine between a passage's vector and its reference vector."""
+    top = np.argsort(-(queries @ vecs.T), axis=1)[:, :k]
+    return {f"recall@{k}": float(np.mean([len(set(a) & set(c)) / k for a, c in zip(top_ref, top)])),
+            "top1_agreement": float(np.mean(top_ref[:, 0] == top[:, 0])),
+            "passage_cosine_min": float(np.sum(ref * vecs, axis=1).min())}
+
+
 def agreement(backends: list[str], n: int, questions: list[str], k: int = 5) -> dict:
     from targ_mlx._blas import bind_openblas
 
@@ -119,12 +128,9 @@ def agreement(backends: list[str], n: int, questions: list[str], k: int = 5) -> 
     for b in backends:
         enc = load_encoder(backend=b)
         vecs = enc.encode_passages(titles, texts)
-        top = np.argsort(-(enc.encode_queries(questions) @ vecs.T), axis=1)[:, :k]
-        cos = np.sum(ref * vecs, axis=1)
         out[b] = {"passages": n, "questions": len(questions),
-                  f"recall@{k}": float(np.mean([len(set(a) & set(c)) / k for a, c in zip(top_ref, top)])),
-                  "top1_agreement": float(np.mean(top_ref[:, 0] == top[:, 0])),
-                  "passage_cosine_min": float(cos.min()), "max_abs_diff": float(np.abs(ref - vecs).max())}
+                  **agreement_with(top_ref, enc.encode_queries(questions), vecs, ref, k),
+                  "max_abs_diff": float(np.abs(ref - vecs).max())}
         print(f"  {b:10} recall@{k} {out[b][f'recall@{k}']:.4f}, top-1 {out[b]['top1_agreement']:.3f}, "
               f"cosine min {out[b]['passage_cosine_min']:.6f}, max |diff| {out[b]['max_abs_diff']:.2e}", flush=True)
     return out

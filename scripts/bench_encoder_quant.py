@@ -26,7 +26,7 @@ import mlx.core as mx
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_encoder import NQ_DEV, chunks  # noqa: E402
+from bench_encoder import NQ_DEV, agreement_with, chunks  # noqa: E402
 
 MATS = ("qkv", "o", "up", "down")
 # name: (weight products rounded, activation scale: "token" | "group32" | None for float32)
@@ -83,11 +83,8 @@ def main(argv: list[str] | None = None) -> None:
             vecs, vq = enc.encode_passages(titles, texts), enc.encode_queries(qs)
         finally:
             mx.addmm, bert.layers = float_addmm, float_layers
-        top = np.argsort(-(vq @ vecs.T), axis=1)[:, :5]
-        out[name] = {"recall@5": float(np.mean([len(set(a) & set(b)) / 5 for a, b in zip(top_ref, top)])),
-                     "top1": float(np.mean(top_ref[:, 0] == top[:, 0])),
-                     "passage_cosine_min": float(np.sum(ref * vecs, axis=1).min())}
-        print(f"  {name:50} recall@5 {out[name]['recall@5']:.4f}  top-1 {out[name]['top1']:.3f}  "
+        out[name] = agreement_with(top_ref, vq, vecs, ref)
+        print(f"  {name:50} recall@5 {out[name]['recall@5']:.4f}  top-1 {out[name]['top1_agreement']:.3f}  "
               f"cosine min {out[name]['passage_cosine_min']:.5f}", flush=True)
     if args.output_dir:
         args.output_dir.mkdir(parents=True, exist_ok=True)
