@@ -97,9 +97,12 @@ def test_q4k_tiles_keep_the_blocks_values_and_multiply_like_them(N):
     assert np.array_equal(np.array(pack.dequantize(P)).view(np.uint32), W.view(np.uint32))  # as gguf-py
     x = rng.standard_normal((9, 768)).astype(np.float32)
     full = P.linear(N, mx.array(x))
-    assert rel_err(full, x @ W.T) < 0.02  # int8 activations per 32
-    for i in range(9):
-        assert mx.array_equal(P.linear(N, mx.array(x[i : i + 1]))[0], full[i])
+    assert rel_err(full, x @ W.T) < 0.03  # int8 activations per 256 on the k4 layout (per 32 on VNNI's)
+    # each way the kernels take rows (1 and 2: both halves of a tile streamed; 3-8 streamed a
+    # half at a time; more: blocked) gives every row the bits it gets alone
+    for size in (1, 2, 3, 6):
+        for i in range(0, 9 - size + 1, size):
+            assert mx.array_equal(P.linear(N, mx.array(x[i : i + size])), full[i : i + size])
     emb = np.array(P.embed(N, mx.array([5, 63])))
     assert rel_err(emb, W[[5, 63]]) < 1e-6  # fma(q, d*sc, -dmin*m): within an ulp of gguf-py's two steps
 

@@ -159,10 +159,12 @@ def mlx_packed(a: Affine) -> np.ndarray:
 def q4k_tiles(blocks: np.ndarray):
     """GGUF Q4_K blocks (N, K/256 * 144) -> 4-bit tiles that keep the block's own scales: per
     column and group of 32 its 6-bit scale and min (a byte each), per column and super-block its
-    float16 d and dmin (csrc/qgemm.h, group_affine): 4.625 bits a weight against the file's 4.5."""
+    float16 d and dmin (csrc/qgemm.h, group_affine): 4.625 bits a weight against the file's 4.5.
+    The nibbles are in the layout this build's kernels read (`native.q4k_layout()`)."""
     import mlx.core as mx
 
-    from targ_mlx.runtime.native.pack import NT, QG, Packed, from_values
+    from targ_mlx.runtime.native import q4k_layout
+    from targ_mlx.runtime.native.pack import NT, QG, Packed, from_values, k4_nibbles
 
     n = blocks.shape[0]
     b = np.ascontiguousarray(blocks, dtype=np.uint8).reshape(-1, 144)
@@ -172,13 +174,16 @@ def q4k_tiles(blocks: np.ndarray):
     vals = _nibbles(b[:, 16:], 64).reshape(n, k)
     sc, mn = (a.astype(np.uint8).reshape(n, k // QG) for a in _k_scale_min(b[:, 4:16]))
     d, dmin = (np.ascontiguousarray(b[:, i : i + 2]).view(np.float16).reshape(n, k // 256) for i in (0, 2))
-    tiled = from_values(vals, np.ones((n, k // QG), np.float32), np.zeros((n, k // QG), np.float32), 4)
+    if q4k_layout() == "k4":
+        q = mx.array(k4_nibbles(vals))
+    else:
+        q = from_values(vals, np.ones((n, k // QG), np.float32), np.zeros((n, k // QG), np.float32), 4).q
 
     def pair(a, c):  # (N, m) twice -> per tile and m: 16 of a then 16 of c, rows of tile t = tile t
         t = lambda x: x.reshape(n // NT, NT, -1).transpose(0, 2, 1)  # noqa: E731
         return np.ascontiguousarray(np.stack([t(a), t(c)], axis=2)).reshape(n, -1)
 
-    return Packed(tiled.q, mx.array(pair(sc, mn)), mx.array(pair(d, dmin)), 4)
+    return Packed(q, mx.array(pair(sc, mn)), mx.array(pair(d, dmin)), 4)
 
 
 def kernel_weights(qtype: int, blocks: np.ndarray, embedding: bool = False):

@@ -2,7 +2,7 @@
 
 Converting a GGUF for the kernels (K-quant blocks to affine groups, then to 16-column tiles)
 takes a minute or more for a 1.5B model; loading the result takes seconds. An entry is keyed by
-the GGUF file's path, size and mtime, `FORMAT` and the scale dtype, and holds:
+the GGUF file's path, size and mtime, `FORMAT`, the scale dtype and the Q4_K tiles' layout, and holds:
 
   native.safetensors  the arrays `NativeLM.state()` names (what the kernels read)
   model.safetensors   the mlx-lm model's weights, loaded lazily: MLX reads an array only when
@@ -54,9 +54,12 @@ def stored_weights(path: str) -> dict:
 
 def entry_dir(path: str) -> Path:
     from targ_mlx.runtime.gguf import SCALE_DTYPE
+    from targ_mlx.runtime.native import q4k_layout
 
     st = os.stat(path)
-    key = f"{os.path.abspath(path)}|{st.st_size}|{st.st_mtime_ns}|{FORMAT}|{SCALE_DTYPE}|{sorted(_as_stored())}"
+    # the Q4_K tiles' nibble layout depends on the build (csrc/k4tiles.h)
+    key = (f"{os.path.abspath(path)}|{st.st_size}|{st.st_mtime_ns}|{FORMAT}|{SCALE_DTYPE}|{sorted(_as_stored())}"
+           f"|{q4k_layout()}")
     name = f"{Path(path).stem}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
     return default_cache_path() / "repack" / name
 

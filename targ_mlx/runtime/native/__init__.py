@@ -103,3 +103,10 @@ def ops():
 
 def status() -> str:
     return _STATUS
+
+
+def q4k_layout() -> str:
+    """The nibble layout of Q4_K tiles on this build: "k4" (csrc/k4tiles.h) everywhere but
+    AVX512-VNNI, whose tile kernel reads the plain "tiles" layout (pack.from_values)."""
+    mod = module()
+    return mod.q4k_layout() if mod is not None else "k4"

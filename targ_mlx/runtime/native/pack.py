@@ -161,10 +161,31 @@ def _untile(a: np.ndarray, n: int, g: int) -> np.ndarray:
     return a.reshape(n // NT, g, NT).transpose(0, 2, 1).reshape(n, g)
 
 
+def k4_nibbles(vals: np.ndarray) -> np.ndarray:
+    """(N, K) values 0..15 -> Q4_K tiles' bytes in the k4 layout (csrc/k4tiles.h): per tile and
+    group, 4 runs of 64 bytes; in run j, byte 4c + i = k 8j + i | k 8j + 4 + i << 4 of column c."""
+    n, k = vals.shape
+    v = vals.astype(np.uint8).reshape(n // NT, NT, k // QG, 4, 2, 4)  # (tile, c, group, j, half, i)
+    b = v[:, :, :, :, 0, :] | (v[:, :, :, :, 1, :] << 4)
+    return np.ascontiguousarray(b.transpose(0, 2, 3, 1, 4)).reshape(n, k // 2)
+
+
+def _k4(p: Packed) -> bool:
+    if not p.kscale:
+        return False
+    from targ_mlx.runtime.native import q4k_layout
+
+    return q4k_layout() == "k4"
+
+
 def to_values(p: Packed) -> np.ndarray:
     """Packed -> (N, K) unsigned values (the inverse of the layout; for tests and concatenation)."""
     n, k = p.shape
     g = k // QG
+    if _k4(p):
+        b = np.asarray(p.q).reshape(n // NT, g, 4, NT, 4)  # (tile, group, j, c, i)
+        v = np.stack([b & 0x0F, b >> 4], axis=3)  # (tile, group, j, half, c, i)
+        return np.ascontiguousarray(v.transpose(0, 4, 1, 2, 3, 5)).reshape(n, k)
     q = np.asarray(p.q).reshape(n // NT, g, -1, NT)  # (tile, group, rows of bytes, lane)
     if p.bits == 4:
         v = np.empty((n // NT, g, QG, NT), np.uint8)

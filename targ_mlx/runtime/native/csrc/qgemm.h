@@ -41,6 +41,7 @@ struct QMat {
   const void* biases;
   bool half;
   bool kscale = false;
+  bool k4 = false;  // Q4_K tiles in the k4 nibble layout (k4tiles.h), read by k4gemm
   int N, K, bits;
   int tile_bytes() const { return K * NT * bits / 8; }
   int group_bytes() const { return QG * NT * bits / 8; }
@@ -141,6 +142,10 @@ inline Affine16 group_affine(const QMat& W, int t, int g, float* s, float* b) {
 // The quantized value of row k (within its group) of a tile's group, lane l.
 inline int qval(const QMat& W, const uint8_t* grp, int k, int l) {
   if (W.bits == 8) return grp[k * NT + l];
+  if (W.k4) {  // k4tiles.h: run k / 8, byte 4 l + k % 4, low nibble for k % 8 < 4
+    const uint8_t b = grp[64 * (k / 8) + 4 * l + k % 4];
+    return (k % 8) < 4 ? (b & 0x0f) : (b >> 4);
+  }
   uint8_t b = grp[(k / 2) * NT + l];
   return k % 2 ? b >> 4 : b & 0x0f;
 }
@@ -156,6 +161,10 @@ inline void dequant_tile(const QMat& W, int t, float* out) {
     for (int k = 0; k < QG; k++) {
       float* o = out + (size_t)(g * QG + k) * NT;
 #if TARG_AVX512
+      if (W.k4) {
+        for (int l = 0; l < NT; l++) o[l] = std::fma((float)qval(W, grp, k, l), a.s[l], a.b[l]);
+        continue;
+      }
       __m512i qi;
       if (W.bits == 8) {
         qi = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(grp + k * NT)));

@@ -1,0 +1,222 @@
+// Q4_K tiles in the k4 layout, multiplied with llama.cpp's Q8_K activations (every build but
+// AVX512-VNNI, whose tile kernel in qgemm.h reads the plain tile layout).
+//
+// The k4 layout: a tile's 16 columns and a group's 32 k are 256 bytes, four runs of 64; in run
+// j, byte 4c + i holds k = 8j + i of column c in its low nibble and k = 8j + 4 + i in its high
+// nibble. So one 32-byte load and a mask (or a shift and a mask) give 8 columns x 4 consecutive
+// k, the operand of vpmaddubsw against 4 activation bytes broadcast as one int32: no byte
+// interleaving and no pre-broadcast activation copies (the plain layout needs both on AVX2).
+// Each 16-bit pair sum then belongs to one column, so vpmaddwd applies the group's 6-bit scale
+// in integers and a super-block of 256 sums exactly in int32: the float fold runs once per 256
+// (with one activation scale per 256, Q8_K), not once per 32 (BENCHMARKS.md, "Q4_K tiles, k4").
+//
+//   y[c] = sum over super-blocks s: dx_s * (d[c] * sum_g sc[c][g] * dot_g - dmin[c] * sum_g m[c][g] * xsum_g)
+//
+// with dot_g = sum of q * qx over group g and xsum_g the group's activation sum. Every (row,
+// column) result is the same sequence of operations whatever rows or columns are beside it,
+// so a row's result does not depend on the batch it is in.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "kquant.h"
+#include "qgemm.h"
+
+namespace targ {
+
+// Whether this build's Q4_K tiles are in the k4 layout (gguf_blocks.q4k_tiles asks, via q4k_layout()).
+#if TARG_VNNI
+constexpr bool kQ4KTilesK4 = false;
+#else
+constexpr bool kQ4KTilesK4 = true;
+#endif
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+// R activation rows x H column halves (8 columns each, from half h0) of tile t: out[r * NT + 8h + c].
+// Registers: per (row, half) a 16-bit group sum and a 32-bit super-block sum; R x H <= 4.
+template <int R, int H, bool PREFETCH>
+inline void k4_block(const QMat& W, int t, int h0, const Q8K& X, int m0, float* out) {
+  const int K = W.K, G = K / QG, S = K / QK;
+  const __m256i low = _mm256_set1_epi8(0x0f);
+  // 16-bit lanes 2c and 2c + 1 <- byte c (a column's scale under both of its pair sums)
+  const __m256i dup = _mm256_setr_epi8(0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1,
+                                       4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1);
+  const uint8_t* tile = W.q + (size_t)t * W.tile_bytes();
+  const uint8_t* smt = (const uint8_t*)W.scales + (size_t)t * G * 2 * NT;  // per group: 16 scales, 16 mins
+  const int8_t* xr[R];
+  for (int r = 0; r < R; r++) xr[r] = X.q + (size_t)(m0 + r) * K;
+  alignas(32) float facc[R][H][8];
+  for (int r = 0; r < R; r++)
+    for (int h = 0; h < H; h++) _mm256_store_ps(facc[r][h], _mm256_setzero_ps());
+  for (int s = 0; s < S; s++) {
+    __m256i a32[R][H];
+    for (int r = 0; r < R; r++)
+      for (int h = 0; h < H; h++) a32[r][h] = _mm256_setzero_si256();
+    for (int g = 8 * s; g < 8 * s + 8; g++) {
+      const uint8_t* grp = tile + (size_t)g * 256;
+      if constexpr (PREFETCH) {  // decode streams every weight from memory: ask 4 groups ahead
+        const char* ahead = (const char*)grp + 4 * 256;
+        for (int c = 0; c < 256; c += 64) _mm_prefetch(ahead + c, _MM_HINT_T0);
+      }
+      __m256i sc16[H];
+      for (int h = 0; h < H; h++) {
+        int64_t sc8;
+        std::memcpy(&sc8, smt + (size_t)g * 2 * NT + 8 * (h0 + h), 8);
+        sc16[h] = _mm256_shuffle_epi8(_mm256_set1_epi64x(sc8), dup);
+      }
+      __m256i a16[R][H];
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; j++) {
+        __m256i lo[H], hi[H];
+        for (int h = 0; h < H; h++) {
+          const __m256i v = _mm256_loadu_si256((const __m256i*)(grp + 64 * j + 32 * (h0 + h)));
+          lo[h] = _mm256_and_si256(v, low);
+          hi[h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+        }
+        for (int r = 0; r < R; r++) {
+          int32_t q0, q1;
+          std::memcpy(&q0, xr[r] + g * QG + 8 * j, 4);
+          std::memcpy(&q1, xr[r] + g * QG + 8 * j + 4, 4);
+          const __m256i x0 = _mm256_set1_epi32(q0), x1 = _mm256_set1_epi32(q1);
+          for (int h = 0; h < H; h++) {
+            // a pair is at most 2 * 15 * 127 = 3810: a group's 16 pairs per lane fit in 16 bits
+            const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo[h], x0), _mm256_maddubs_epi16(hi[h], x1));
+            a16[r][h] = j ? _mm256_add_epi16(a16[r][h], p) : p;
+            // keep each sum where it is made: GCC otherwise hoists all 8 products of a group
+            // and spills them (measured 1.3x slower)
+            asm("" : "+x"(a16[r][h]));
+          }
+        }
+      }
+      for (int r = 0; r < R; r++)
+        for (int h = 0; h < H; h++) a32[r][h] = _mm256_add_epi32(a32[r][h], _mm256_madd_epi16(a16[r][h], sc16[h]));
+    }
+    // the mins: sum_g m[c][g] * xsum_g, as 4 vpmaddwd over pairs of groups
+    const uint16_t* dd = (const uint16_t*)biases_at(W, t, 8 * s);
+    for (int h = 0; h < H; h++) {
+      __m256i m16[4];
+      for (int p = 0; p < 4; p++) {
+        const uint8_t* m0b = (const uint8_t*)scales_at(W, t, 8 * s + 2 * p) + NT + 8 * (h0 + h);
+        const uint8_t* m1b = (const uint8_t*)scales_at(W, t, 8 * s + 2 * p + 1) + NT + 8 * (h0 + h);
+        m16[p] = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i*)m0b),
+                                                        _mm_loadl_epi64((const __m128i*)m1b)));
+      }
+      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(dd + 8 * (h0 + h))));
+      const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(dd + NT + 8 * (h0 + h))));
+      for (int r = 0; r < R; r++) {
+        const int16_t* xs = X.bsum32 + (size_t)(m0 + r) * G + 8 * s;
+        __m256i mn = _mm256_setzero_si256();
+        for (int p = 0; p < 4; p++) {
+          int32_t pair;
+          std::memcpy(&pair, xs + 2 * p, 4);
+          mn = _mm256_add_epi32(mn, _mm256_madd_epi16(m16[p], _mm256_set1_epi32(pair)));
+        }
+        const __m256 v = _mm256_fmsub_ps(d, _mm256_cvtepi32_ps(a32[r][h]), _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(mn)));
+        const __m256 dx = _mm256_set1_ps(X.d[(size_t)(m0 + r) * S + s]);
+        _mm256_store_ps(facc[r][h], _mm256_fmadd_ps(v, dx, _mm256_load_ps(facc[r][h])));
+      }
+    }
+  }
+  for (int r = 0; r < R; r++)
+    for (int h = 0; h < H; h++) std::memcpy(out + r * NT + 8 * (h0 + h), facc[r][h], 8 * sizeof(float));
+}
+#else
+// Portable: the same integer sums per super-block and the same float fold per 256.
+template <int R, int H, bool PREFETCH>
+inline void k4_block(const QMat& W, int t, int h0, const Q8K& X, int m0, float* out) {
+  const int K = W.K, G = K / QG, S = K / QK;
+  const uint8_t* tile = W.q + (size_t)t * W.tile_bytes();
+  for (int r = 0; r < R; r++) {
+    const int8_t* xq = X.q + (size_t)(m0 + r) * K;
+    for (int c = 8 * h0; c < 8 * (h0 + H); c++) {
+      float acc = 0.f;
+      for (int s = 0; s < S; s++) {
+        int32_t a = 0, mn = 0;
+        for (int g = 8 * s; g < 8 * s + 8; g++) {
+          const uint8_t* grp = tile + (size_t)g * 256;
+          const uint8_t* sm = (const uint8_t*)scales_at(W, t, g);
+          int32_t dot = 0;
+          for (int k = 0; k < QG; k++) dot += qval(W, grp, k, c) * xq[g * QG + k];
+          a += sm[c] * dot;
+          mn += sm[NT + c] * X.bsum32[(size_t)(m0 + r) * G + g];
+        }
+        const uint16_t* dd = (const uint16_t*)biases_at(W, t, 8 * s);
+        const float d = half_to_float(dd[c]), dmin = half_to_float(dd[NT + c]);
+        const float v = d * (float)a - dmin * (float)mn;
+        acc = v * X.d[(size_t)(m0 + r) * S + s] + acc;
+      }
+      out[r * NT + c] = acc;
+    }
+  }
+}
+#endif
+
+constexpr int kK4Rows = 4;  // activation rows sharing each weight load at prefill
+
+// Tiles [t0, t1) for all M rows. Up to 2 rows (decode, the variance gate's few rows): both
+// halves of a tile at once, streaming each weight once with prefetch. More (prefill): rows in
+// blocks whose int8 activations stay in L2, 4 rows at a time over each half-tile in L1.
+inline void k4_tiles(const QMat& W, const Q8K& X, int M, int t0, int t1, float* y, int ldy, const float* residual,
+                     const float* bias) {
+  alignas(64) float acc[kK4Rows * NT];
+  auto emit = [&](int m, int rows, int t) {
+    for (int r = 0; r < rows; r++) finish(acc + r * NT, m + r, t * NT, NT, y, ldy, residual, bias);
+  };
+  if (M <= 2) {
+    for (int t = t0; t < t1; t++) {
+      if (M == 1) k4_block<1, 2, true>(W, t, 0, X, 0, acc);
+      else k4_block<2, 2, true>(W, t, 0, X, 0, acc);
+      emit(0, M, t);
+    }
+    return;
+  }
+  const bool stream = M <= 8;  // a few rows: the weights still come from memory
+  const int MB = std::max(kK4Rows, (256 * 1024 / W.K) / kK4Rows * kK4Rows);
+  for (int mb = 0; mb < M; mb += MB) {
+    const int me = std::min(M, mb + MB);
+    for (int t = t0; t < t1; t++) {
+      for (int m = mb; m < me; m += kK4Rows) {
+        const int rows = std::min(kK4Rows, me - m);
+        for (int h = 0; h < 2; h++) {
+          if (stream && h == 0) {
+            switch (rows) {
+              case 1: k4_block<1, 1, true>(W, t, h, X, m, acc); break;
+              case 2: k4_block<2, 1, true>(W, t, h, X, m, acc); break;
+              case 3: k4_block<3, 1, true>(W, t, h, X, m, acc); break;
+              default: k4_block<4, 1, true>(W, t, h, X, m, acc); break;
+            }
+            continue;
+          }
+          switch (rows) {
+            case 1: k4_block<1, 1, false>(W, t, h, X, m, acc); break;
+            case 2: k4_block<2, 1, false>(W, t, h, X, m, acc); break;
+            case 3: k4_block<3, 1, false>(W, t, h, X, m, acc); break;
+            default: k4_block<4, 1, false>(W, t, h, X, m, acc); break;
+          }
+        }
+        emit(m, rows, t);
+      }
+    }
+  }
+}
+
+// y (M x N, row stride ldy) = x (M x K) W^T [+ bias] [+ residual] for Q4_K tiles in the k4 layout.
+inline void k4gemm(const QMat& W, const float* x, int M, float* y, int ldy, const float* residual, const float* bias) {
+  Q8K X;
+  X.K = W.K, X.S = W.K / QK;
+  const size_t qbytes = (size_t)M * W.K, dbytes = (size_t)M * X.S * sizeof(float);
+  char* buf = (char*)kq_scratch(qbytes + dbytes + (size_t)M * (W.K / 16 + W.K / 32) * sizeof(int16_t) + 64);
+  X.q = (int8_t*)buf;
+  X.d = (float*)(buf + (qbytes + 63) / 64 * 64);
+  X.bsum = (int16_t*)((char*)X.d + dbytes);
+  X.bsum32 = X.bsum + (size_t)M * (W.K / 16);
+  if ((long)M * W.K < (1 << 16)) quantize_q8k(x, 0, M, X);
+  else parallel_range(M, 1, 16, [&](int a, int b) { quantize_q8k(x, a, b, X); });
+  auto body = [&](int a, int b) { k4_tiles(W, X, M, a, b, y, ldy, residual, bias); };
+  if ((long)M * W.N * W.K < (1 << 18)) body(0, W.N / NT);
+  else parallel_range(W.N / NT, 4, 4, body);
+}
+
+}  // namespace targ
