@@ -204,16 +204,7 @@ inline void k4_tiles(const QMat& W, const Q8K& X, int M, int t0, int t1, float* 
 
 // y (M x N, row stride ldy) = x (M x K) W^T [+ bias] [+ residual] for Q4_K tiles in the k4 layout.
 inline void k4gemm(const QMat& W, const float* x, int M, float* y, int ldy, const float* residual, const float* bias) {
-  Q8K X;
-  X.K = W.K, X.S = W.K / QK;
-  const size_t qbytes = (size_t)M * W.K, dbytes = (size_t)M * X.S * sizeof(float);
-  char* buf = (char*)kq_scratch(qbytes + dbytes + (size_t)M * (W.K / 16 + W.K / 32) * sizeof(int16_t) + 64);
-  X.q = (int8_t*)buf;
-  X.d = (float*)(buf + (qbytes + 63) / 64 * 64);
-  X.bsum = (int16_t*)((char*)X.d + dbytes);
-  X.bsum32 = X.bsum + (size_t)M * (W.K / 16);
-  if ((long)M * W.K < (1 << 16)) quantize_q8k(x, 0, M, X);
-  else parallel_range(M, 1, 16, [&](int a, int b) { quantize_q8k(x, a, b, X); });
+  const Q8K X = quantize_q8k_scratch(x, M, W.K);
   auto body = [&](int a, int b) { k4_tiles(W, X, M, a, b, y, ldy, residual, bias); };
   if ((long)M * W.N * W.K < (1 << 18)) body(0, W.N / NT);
   else parallel_range(W.N / NT, 4, 4, body);

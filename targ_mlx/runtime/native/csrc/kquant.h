@@ -5,10 +5,10 @@
 // Reading the blocks as stored keeps the resident weights at the file's own size and needs no
 // repacking (affine 16-column tiles with a float16 scale and bias per 32 take Q6_K's 6.56 bits a
 // weight to 9). Used for Q6_K matrices and for embeddings; a Q4_K matrix multiplies faster in
-// qgemm.h's 4-bit tiles with its own scales (gguf_blocks.kernel_weights, BENCHMARKS.md "K-quant
-// blocks"), so q4k_row serves only a Q4_K embedding tied as the output head. The arithmetic is
-// llama.cpp's Q4_K/Q6_K x Q8_K: activations are quantized to
-// int8 per super-block of 256 with one float scale and integer sums per 16, the products of a
+// 4-bit tiles with its own scales (k4tiles.h; qgemm.h on AVX512-VNNI; gguf_blocks.kernel_weights,
+// BENCHMARKS.md "K-quant blocks"), so q4k_row serves only a Q4_K embedding tied as the output
+// head. The arithmetic is llama.cpp's Q4_K/Q6_K x Q8_K: activations are quantized to int8 per
+// super-block of 256 with one float scale and integer sums per 16, the products of a
 // whole super-block are summed in integers (each sub-block's 6-bit scale applied with
 // vpmaddwd), and the float fold happens once per 256, not once per 32.
 //
@@ -375,18 +375,24 @@ inline void* kq_scratch(size_t bytes) {
   return buf.data();
 }
 
-// y (M x N, row stride ldy) = x (M x K) W^T [+ bias] [+ residual (same layout as y)]
-inline void kqgemm(const KMat& W, const float* x, int M, float* y, int ldy, const float* residual, const float* bias) {
+// x (M x K) quantized per 256 into this thread's scratch buffer (valid until its next use).
+inline Q8K quantize_q8k_scratch(const float* x, int M, int K) {
   Q8K X;
-  X.K = W.K, X.S = W.K / QK;
-  const size_t qbytes = (size_t)M * W.K, dbytes = (size_t)M * X.S * sizeof(float);
-  char* buf = (char*)kq_scratch(qbytes + dbytes + (size_t)M * (W.K / 16 + W.K / 32) * sizeof(int16_t) + 64);
+  X.K = K, X.S = K / QK;
+  const size_t qbytes = (size_t)M * K, dbytes = (size_t)M * X.S * sizeof(float);
+  char* buf = (char*)kq_scratch(qbytes + dbytes + (size_t)M * (K / 16 + K / 32) * sizeof(int16_t) + 64);
   X.q = (int8_t*)buf;
   X.d = (float*)(buf + (qbytes + 63) / 64 * 64);
   X.bsum = (int16_t*)((char*)X.d + dbytes);
-  X.bsum32 = X.bsum + (size_t)M * (W.K / 16);
-  if ((long)M * W.K < (1 << 16)) quantize_q8k(x, 0, M, X);
+  X.bsum32 = X.bsum + (size_t)M * (K / 16);
+  if ((long)M * K < (1 << 16)) quantize_q8k(x, 0, M, X);
   else parallel_range(M, 1, 16, [&](int a, int b) { quantize_q8k(x, a, b, X); });
+  return X;
+}
+
+// y (M x N, row stride ldy) = x (M x K) W^T [+ bias] [+ residual (same layout as y)]
+inline void kqgemm(const KMat& W, const float* x, int M, float* y, int ldy, const float* residual, const float* bias) {
+  const Q8K X = quantize_q8k_scratch(x, M, W.K);
   auto body = [&](int a, int b) { kq_rows(W, X, M, a, b, y, ldy, residual, bias); };
   if ((long)M * W.N * W.K < (1 << 18)) body(0, W.N);
   else parallel_range(W.N, 16, 16, body);
