@@ -159,3 +159,11 @@ def test_a_model_on_stored_blocks_matches_mlx_lm_and_keeps_rows_independent(N):
     # the repack cache's round trip
     again = NativeLM.from_state(model, N, lm.state())
     assert mx.array_equal(again(tokens, make_prompt_cache(model)), got)
+
+
+def test_a_q4k_layout_flag_that_is_neither_kernel_is_a_one_line_error(monkeypatch):
+    from targ_mlx.runtime import native
+
+    monkeypatch.setenv("TARG_MLX_Q4K_LAYOUT", "vnni")
+    with pytest.raises(ValueError, match="TARG_MLX_Q4K_LAYOUT='vnni': use k4 or tiles"):
+        native.q4k_layout()

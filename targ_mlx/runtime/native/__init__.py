@@ -106,7 +106,11 @@ def status() -> str:
 
 
 def q4k_layout() -> str:
-    """The nibble layout of Q4_K tiles on this build: "k4" (csrc/k4tiles.h) everywhere but
-    AVX512-VNNI, whose tile kernel reads the plain "tiles" layout (pack.from_values)."""
+    """The nibble layout of Q4_K tiles in this process: "k4" (csrc/k4tiles.h) everywhere but
+    AVX512-VNNI, whose tile kernel reads the plain "tiles" layout (pack.from_values), unless
+    TARG_MLX_Q4K_LAYOUT names one (to time the two kernels against each other)."""
+    flag = os.environ.get("TARG_MLX_Q4K_LAYOUT", "")
+    if flag not in ("", "k4", "tiles"):
+        raise ValueError(f"TARG_MLX_Q4K_LAYOUT={flag!r}: use k4 or tiles, or leave it unset")
     mod = module()
-    return mod.q4k_layout() if mod is not None else "k4"
+    return mod.q4k_layout() if mod is not None else (flag or "k4")

@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 
 #include "kquant.h"
@@ -26,12 +27,23 @@
 
 namespace targ {
 
-// Whether this build's Q4_K tiles are in the k4 layout (gguf_blocks.q4k_tiles asks, via q4k_layout()).
+// Whether Q4_K tiles are in the k4 layout in this process (gguf_blocks.q4k_tiles asks, via
+// q4k_layout()): by default on every build but AVX512-VNNI; TARG_MLX_Q4K_LAYOUT=k4 or =tiles
+// chooses (both kernels are in every build), to time one against the other on a machine.
 #if TARG_VNNI
 constexpr bool kQ4KTilesK4 = false;
 #else
 constexpr bool kQ4KTilesK4 = true;
 #endif
+inline bool q4k_k4() {
+  static const bool k4 = [] {
+    const char* e = std::getenv("TARG_MLX_Q4K_LAYOUT");
+    if (e && std::strcmp(e, "k4") == 0) return true;
+    if (e && std::strcmp(e, "tiles") == 0) return false;
+    return kQ4KTilesK4;  // unset (native.q4k_layout() rejects other values before any weights exist)
+  }();
+  return k4;
+}
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 // R activation rows x H column halves (8 columns each, from half h0) of tile t: out[r * NT + 8h + c].

@@ -64,7 +64,7 @@ targ::QMat qmat(const array& q, const array& scales, const array& biases, int bi
   w.biases = biases.data<void>();
   w.half = scales.dtype() == mx::float16;
   w.kscale = scales.dtype() == mx::uint8;  // Q4_K tiles: 6-bit scales and mins, float16 d and dmin
-  w.k4 = w.kscale && targ::kQ4KTilesK4;     // ... in the k4 layout on this build (k4tiles.h)
+  w.k4 = w.kscale && targ::q4k_k4();        // ... in the k4 layout in this process (k4tiles.h)
   w.N = q.shape(0);
   w.K = q.shape(1) * 8 / bits;
   w.bits = bits;
@@ -677,7 +677,7 @@ NB_MODULE(_targ_native, m) {
   m.def("bidir_attention", &op_bidir_attention, nb::arg("qkv"), nb::arg("lengths"), nb::arg("heads"), nb::arg("scale"),
         "softmax(scale q k^T) v per head over each row's first lengths[b] tokens; qkv (B, L, 3 H) -> (B, L, H)");
   m.def("simd", &simd_level);
-  m.def("q4k_layout", [] { return std::string(targ::kQ4KTilesK4 ? "k4" : "tiles"); },
-        "the nibble layout of this build's Q4_K tiles (gguf_blocks.q4k_tiles)");
+  m.def("q4k_layout", [] { return std::string(targ::q4k_k4() ? "k4" : "tiles"); },
+        "the nibble layout of Q4_K tiles in this process (gguf_blocks.q4k_tiles)");
   m.def("threads", [] { return targ::pool().size(); });
 }
