@@ -167,3 +167,9 @@ def test_a_q4k_layout_flag_that_is_neither_kernel_is_a_one_line_error(monkeypatc
     monkeypatch.setenv("TARG_MLX_Q4K_LAYOUT", "vnni")
     with pytest.raises(ValueError, match="TARG_MLX_Q4K_LAYOUT='vnni': use k4 or tiles"):
         native.q4k_layout()
+
+
+def test_q4k_tiles_take_zero_rows(N):
+    blocks = random_blocks(np.random.default_rng(5), pack.Q4_K, 32, 256)
+    y = gguf_blocks.q4k_tiles(blocks).linear(N, mx.zeros((0, 256)))
+    assert y.shape == (0, 32)

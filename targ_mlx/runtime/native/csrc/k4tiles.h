@@ -216,6 +216,7 @@ inline void k4_tiles(const QMat& W, const Q8K& X, int M, int t0, int t1, float* 
 
 // y (M x N, row stride ldy) = x (M x K) W^T [+ bias] [+ residual] for Q4_K tiles in the k4 layout.
 inline void k4gemm(const QMat& W, const float* x, int M, float* y, int ldy, const float* residual, const float* bias) {
+  if (M <= 0) return;  // the row kernels always read at least one row
   const Q8K X = quantize_q8k_scratch(x, M, W.K);
   auto body = [&](int a, int b) { k4_tiles(W, X, M, a, b, y, ldy, residual, bias); };
   if ((long)M * W.N * W.K < (1 << 18)) body(0, W.N / NT);
