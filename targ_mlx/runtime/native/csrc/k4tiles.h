@@ -1,5 +1,5 @@
-// Q4_K tiles in the k4 layout, multiplied with llama.cpp's Q8_K activations (every build but
-// AVX512-VNNI, whose tile kernel in qgemm.h reads the plain tile layout).
+// Q4_K tiles in the k4 layout, multiplied with llama.cpp's Q8_K activations (by default on
+// every build but AVX512-VNNI, whose tile kernel in qgemm.h reads the plain tile layout).
 //
 // The k4 layout: a tile's 16 columns and a group's 32 k are 256 bytes, four runs of 64; in run
 // j, byte 4c + i holds k = 8j + i of column c in its low nibble and k = 8j + 4 + i in its high
@@ -8,7 +8,8 @@
 // interleaving and no pre-broadcast activation copies (the plain layout needs both on AVX2).
 // Each 16-bit pair sum then belongs to one column, so vpmaddwd applies the group's 6-bit scale
 // in integers and a super-block of 256 sums exactly in int32: the float fold runs once per 256
-// (with one activation scale per 256, Q8_K), not once per 32 (BENCHMARKS.md, "Q4_K tiles, k4").
+// (with one activation scale per 256, Q8_K), not once per 32 (BENCHMARKS.md, "Q4_K tiles in
+// the k4 layout").
 //
 //   y[c] = sum over super-blocks s: dx_s * (d[c] * sum_g sc[c][g] * dot_g - dmin[c] * sum_g m[c][g] * xsum_g)
 //
