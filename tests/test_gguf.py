@@ -230,3 +230,34 @@ def test_repack_cache_is_hit_then_rebuilt_when_corrupt(tmp_path, vocab_meta, mon
     assert len(conversions) == 2  # the damaged entry was rebuilt, not trusted
     assert np.array_equal(_logits(third), first)
     assert load_backbone(path, kernels=True) and len(conversions) == 2
+
+
+def test_repack_prune_keeps_the_newest_other_entry_of_the_same_file(tmp_path):
+    import json
+    import os
+
+    from targ_mlx.runtime import repack
+
+    def entry(name, source, when):
+        e = tmp_path / name
+        e.mkdir()
+        m = {"format": repack.FORMAT, "files": {}}
+        if source is not None:
+            m["source"] = source
+        (e / "manifest.json").write_text(json.dumps(m))
+        os.utime(e / "manifest.json", (when, when))
+        return e
+
+    src = "/models/qwen-q4_k_m.gguf"
+    oldest = entry("qwen-q4_k_m-aaaa", None, 1000)  # written before manifests named their source
+    older = entry("qwen-q4_k_m-bbbb", src, 2000)
+    newer = entry("qwen-q4_k_m-cccc", src, 3000)
+    other_copy = entry("qwen-q4_k_m-dddd", "/elsewhere/qwen-q4_k_m.gguf", 500)
+    other_model = entry("qwen-q4_k_m-big-eeee", src, 100)  # another stem that starts alike
+    writing = tmp_path / "qwen-q4_k_m-ffff"
+    writing.mkdir()  # no manifest yet: another process is writing it
+    current = entry("qwen-q4_k_m-9999", src, 4000)
+    removed = repack.prune(current, src)
+    assert sorted(removed) == sorted([oldest, older])
+    assert all(e.exists() for e in (current, newer, other_copy, other_model, writing))
+    assert not oldest.exists() and not older.exists()

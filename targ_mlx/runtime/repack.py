@@ -85,8 +85,37 @@ def _json_value(v):
     return v.tolist() if hasattr(v, "tolist") else str(v)
 
 
-def save(d: Path, model_weights: dict[str, mx.array], native_state: dict[str, mx.array], meta: dict) -> None:
-    """Write an entry (into a temporary folder renamed into place, so readers never see half of one)."""
+KEEP_OTHERS = 1  # entries kept for a file besides the newest: an A/B pair (TARG_MLX_Q4K_LAYOUT) stays cached
+
+
+def prune(d: Path, source: str) -> list[Path]:
+    """Remove older entries of the same GGUF file beside `d` (left by another format or kernel
+    layout: 1-2.5 GB each for the 1.5B model), keeping the newest KEEP_OTHERS; entries written
+    before manifests named their source count as the file's if they share its name. Returns
+    what was removed."""
+    stem = d.name.rsplit("-", 1)[0]
+    mine = []
+    for e in d.parent.glob(f"{stem}-*"):
+        if e == d or e.suffix == ".tmp" or not e.is_dir() or e.name.rsplit("-", 1)[0] != stem:
+            continue
+        try:
+            manifest = json.loads((e / "manifest.json").read_text())
+            when = (e / "manifest.json").stat().st_mtime
+        except (OSError, ValueError):
+            continue  # being written, or not an entry: not ours to judge
+        if manifest.get("source", source) == source:
+            mine.append((when, e))
+    removed = [e for _, e in sorted(mine, reverse=True)[KEEP_OTHERS:]]
+    for e in removed:
+        shutil.rmtree(e, ignore_errors=True)
+        logger.info("removed an older repack cache entry of %s: %s", source, e)
+    return removed
+
+
+def save(d: Path, model_weights: dict[str, mx.array], native_state: dict[str, mx.array], meta: dict,
+         source: str | None = None) -> None:
+    """Write an entry (into a temporary folder renamed into place, so readers never see half of
+    one); with `source` (the GGUF's path), older entries of that file are pruned."""
     tmp = d.with_name(f"{d.name}.{os.getpid()}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -95,11 +124,16 @@ def save(d: Path, model_weights: dict[str, mx.array], native_state: dict[str, mx
         mx.save_safetensors(str(tmp / "model.safetensors"), model_weights)
         (tmp / "meta.json").write_text(json.dumps(meta, default=_json_value))
         files = {f: _fingerprint(tmp / f) for f in FILES}
-        (tmp / "manifest.json").write_text(json.dumps({"format": FORMAT, "files": files}))
+        manifest = {"format": FORMAT, "files": files}
+        if source:
+            manifest["source"] = os.path.abspath(source)
+        (tmp / "manifest.json").write_text(json.dumps(manifest))
         shutil.rmtree(d, ignore_errors=True)
         os.replace(tmp, d)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    if source:
+        prune(d, os.path.abspath(source))
 
 
 def load(d: Path) -> tuple[dict[str, mx.array], dict[str, mx.array], dict] | None:
@@ -140,7 +174,7 @@ def load_gguf_native(path: str, ops):
     if unsupported(g.model):
         return g, None
     engine = NativeLM.build(g.model, ops, stored_weights(path))
-    save(d, dict(tree_flatten(g.model.parameters())), engine.state(), g.metadata)
+    save(d, dict(tree_flatten(g.model.parameters())), engine.state(), g.metadata, source=path)
     # The model's own copy of the weights goes back to disk: read lazily, only if ever used.
     g.model.load_weights(list(mx.load(str(d / "model.safetensors")).items()))
     return g, engine
