@@ -116,6 +116,7 @@ def save(d: Path, model_weights: dict[str, mx.array], native_state: dict[str, mx
          source: str | None = None) -> None:
     """Write an entry (into a temporary folder renamed into place, so readers never see half of
     one); with `source` (the GGUF's path), older entries of that file are pruned."""
+    source = os.path.abspath(source) if source else None
     tmp = d.with_name(f"{d.name}.{os.getpid()}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -126,14 +127,14 @@ def save(d: Path, model_weights: dict[str, mx.array], native_state: dict[str, mx
         files = {f: _fingerprint(tmp / f) for f in FILES}
         manifest = {"format": FORMAT, "files": files}
         if source:
-            manifest["source"] = os.path.abspath(source)
+            manifest["source"] = source
         (tmp / "manifest.json").write_text(json.dumps(manifest))
         shutil.rmtree(d, ignore_errors=True)
         os.replace(tmp, d)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if source:
-        prune(d, os.path.abspath(source))
+        prune(d, source)
 
 
 def load(d: Path) -> tuple[dict[str, mx.array], dict[str, mx.array], dict] | None:

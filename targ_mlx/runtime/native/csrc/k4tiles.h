@@ -111,8 +111,8 @@ inline void k4_block(const QMat& W, int t, int h0, const Q8K& X, int m0, float* 
     for (int h = 0; h < H; h++) {
       __m256i m16[4];
       for (int p = 0; p < 4; p++) {
-        const uint8_t* m0b = (const uint8_t*)scales_at(W, t, 8 * s + 2 * p) + NT + 8 * (h0 + h);
-        const uint8_t* m1b = (const uint8_t*)scales_at(W, t, 8 * s + 2 * p + 1) + NT + 8 * (h0 + h);
+        const uint8_t* m0b = smt + (size_t)(8 * s + 2 * p) * 2 * NT + NT + 8 * (h0 + h);
+        const uint8_t* m1b = m0b + 2 * NT;  // the next group's mins
         m16[p] = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i*)m0b),
                                                         _mm_loadl_epi64((const __m128i*)m1b)));
       }
@@ -168,9 +168,21 @@ inline void k4_block(const QMat& W, int t, int h0, const Q8K& X, int m0, float* 
 
 constexpr int kK4Rows = 4;  // activation rows sharing each weight load at prefill
 
-// Tiles [t0, t1) for all M rows. Up to 2 rows (decode, the variance gate's few rows): both
-// halves of a tile at once, streaming each weight once with prefetch. More (prefill): rows in
-// blocks whose int8 activations stay in L2, 4 rows at a time over each half-tile in L1.
+// 1..kK4Rows rows at m over half h of tile t.
+template <bool PREFETCH>
+inline void k4_rows(const QMat& W, int t, int h, const Q8K& X, int m, int rows, float* acc) {
+  switch (rows) {
+    case 1: k4_block<1, 1, PREFETCH>(W, t, h, X, m, acc); break;
+    case 2: k4_block<2, 1, PREFETCH>(W, t, h, X, m, acc); break;
+    case 3: k4_block<3, 1, PREFETCH>(W, t, h, X, m, acc); break;
+    default: k4_block<4, 1, PREFETCH>(W, t, h, X, m, acc); break;
+  }
+}
+
+// Tiles [t0, t1) for all M rows. Up to 2 rows (a decode step): both halves of a tile at once,
+// streaming each weight once with prefetch. More: rows in blocks whose int8 activations stay in
+// L2, 4 rows at a time over each half-tile in L1; up to 8 rows (the variance gate's) the weights
+// still come from memory, so the first half prefetches.
 inline void k4_tiles(const QMat& W, const Q8K& X, int M, int t0, int t1, float* y, int ldy, const float* residual,
                      const float* bias) {
   alignas(64) float acc[kK4Rows * NT];
@@ -185,30 +197,16 @@ inline void k4_tiles(const QMat& W, const Q8K& X, int M, int t0, int t1, float* 
     }
     return;
   }
-  const bool stream = M <= 8;  // a few rows: the weights still come from memory
+  const bool stream = M <= 8;
   const int MB = std::max(kK4Rows, (256 * 1024 / W.K) / kK4Rows * kK4Rows);
   for (int mb = 0; mb < M; mb += MB) {
     const int me = std::min(M, mb + MB);
     for (int t = t0; t < t1; t++) {
       for (int m = mb; m < me; m += kK4Rows) {
         const int rows = std::min(kK4Rows, me - m);
-        for (int h = 0; h < 2; h++) {
-          if (stream && h == 0) {
-            switch (rows) {
-              case 1: k4_block<1, 1, true>(W, t, h, X, m, acc); break;
-              case 2: k4_block<2, 1, true>(W, t, h, X, m, acc); break;
-              case 3: k4_block<3, 1, true>(W, t, h, X, m, acc); break;
-              default: k4_block<4, 1, true>(W, t, h, X, m, acc); break;
-            }
-            continue;
-          }
-          switch (rows) {
-            case 1: k4_block<1, 1, false>(W, t, h, X, m, acc); break;
-            case 2: k4_block<2, 1, false>(W, t, h, X, m, acc); break;
-            case 3: k4_block<3, 1, false>(W, t, h, X, m, acc); break;
-            default: k4_block<4, 1, false>(W, t, h, X, m, acc); break;
-          }
-        }
+        if (stream) k4_rows<true>(W, t, 0, X, m, rows, acc);
+        else k4_rows<false>(W, t, 0, X, m, rows, acc);
+        k4_rows<false>(W, t, 1, X, m, rows, acc);
         emit(m, rows, t);
       }
     }
