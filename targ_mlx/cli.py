@@ -122,7 +122,7 @@ def chat_history(log, chat: str) -> list:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # first: building the parser imports the server's flags, whose module loads mlx.core
+    # first, before anything loads mlx.core
     bind_openblas()
     from targ_mlx.errors import run_cli
 

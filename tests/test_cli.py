@@ -97,6 +97,26 @@ def test_every_entry_point_reports_errors_alike(tmp_path, capsys):
         assert err.startswith("error: ") and err.count("\n") == 1, err
 
 
+_NO_SERVE_EXTRA = "import sys; sys.modules['starlette'] = sys.modules['uvicorn'] = None; from targ_mlx.cli import main; "
+
+
+def test_ask_runs_without_the_serve_extra():
+    """starlette and uvicorn are the optional `serve` extra: `targ ask`'s parser (which also holds
+    `serve`'s flags) must build without them (seen on a fresh mlx[cuda] machine)."""
+    out = subprocess.run([sys.executable, "-c", _NO_SERVE_EXTRA + "sys.exit(main(['ask', '--help']))"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "usage: targ ask" in out.stdout
+
+
+def test_serve_without_the_serve_extra_is_one_line_naming_the_extra():
+    out = subprocess.run([sys.executable, "-c", _NO_SERVE_EXTRA + "sys.exit(main(['serve']))"],
+                         capture_output=True, text=True)
+    assert out.returncode != 0
+    assert out.stderr.startswith("error: targ serve needs the serve extra") and out.stderr.count("\n") == 1, out.stderr
+    assert "[serve]" in out.stderr
+
+
 def test_importing_the_package_does_no_work():
     """`import targ_mlx` loads neither MLX nor OpenBLAS; the entry points bind it when they start."""
     code = ("import sys, targ_mlx, targ_mlx._blas as b, targ_mlx.config, targ_mlx.settings, targ_mlx.decision_log; "

@@ -14,6 +14,7 @@ import uuid
 
 from targ_mlx.errors import TargError
 from targ_mlx.flags import add_common_args
+from targ_mlx.server import DEFAULT_QUEUE
 
 API_KEY_ENV = "TARG_API_KEY"
 DEFAULT_HOST = "127.0.0.1"
@@ -25,8 +26,6 @@ class BindError(TargError):
 
 
 def add_serve_args(p: argparse.ArgumentParser) -> None:
-    from targ_mlx.server.app import DEFAULT_QUEUE
-
     add_common_args(p)
     p.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST}: this machine only)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
@@ -89,7 +88,11 @@ def serve(args: argparse.Namespace) -> int:
     if args.queue < 1:
         raise BindError(f"--queue must be >= 1; got {args.queue}")
     args.api_key = api_key_for(args.host, args.api_key)
-    import uvicorn
+    try:
+        import starlette  # noqa: F401
+        import uvicorn
+    except ImportError as e:  # an optional extra: every other command works without it
+        raise TargError(f"targ serve needs the serve extra ({e.name} is not installed): pip install -e '.[serve]'") from None
 
     app, name = build(args)
     print(f"serving {name} on http://{args.host}:{args.port}/v1 (OpenAI-compatible; GET /health)", file=sys.stderr)
@@ -101,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     from targ_mlx import bind_openblas
     from targ_mlx.errors import run_cli
 
-    bind_openblas()  # first: the parser's flags import the app, whose modules load mlx.core
+    bind_openblas()  # first: serving loads mlx.core
     return run_cli(setup_arg_parser(), serve, argv)
 
 

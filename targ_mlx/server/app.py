@@ -30,11 +30,10 @@ from starlette.routing import Route
 from targ_mlx import runner
 from targ_mlx.errors import TargError
 from targ_mlx.runtime.draft import token_logprobs
-from targ_mlx.server import api
+from targ_mlx.server import DEFAULT_QUEUE, api
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_QUEUE = 8  # requests waiting beside the one being answered
 RETRY_AFTER_S = 2
 
 
