@@ -85,23 +85,37 @@ CALIBRATED_TAU = MappingProxyType({
 _noted_fallback = False
 
 
-def default_model() -> str:
+class DefaultModel(str):
+    """A model name nobody chose (no --model, no config key): the fallback note is said only
+    when such a name is used, not when Config() is built and --model then replaces it."""
+
+
+def default_model(note: bool = True) -> str:
     """The model the apps use when neither the config file nor --model names one: TARG_MLX_MODEL,
     else the 1.5B where it is installed, else SmolLM2 (said once, with the command that installs
-    the 1.5B)."""
-    global _noted_fallback
+    the 1.5B, unless note=False)."""
     env = os.environ.get(MODEL_ENV, "").strip()
     if env:
         return env
-    from targ_mlx.runtime.model_spec import ALIASES, installed
+    from targ_mlx.runtime.model_spec import installed
 
     if installed(DEFAULT_MODEL):
-        return DEFAULT_MODEL
-    if not _noted_fallback:
-        _noted_fallback = True
-        print(f"note: {DEFAULT_MODEL} is not installed ({ALIASES[DEFAULT_MODEL]['parts'].install}, 1.1 GB); "
-              f"using {SMALL_MODEL}", file=sys.stderr)
-    return SMALL_MODEL
+        return DefaultModel(DEFAULT_MODEL)
+    if note:
+        note_fallback(SMALL_MODEL)
+    return DefaultModel(SMALL_MODEL)
+
+
+def note_fallback(model: str) -> None:
+    """Say once that SmolLM2 stands in for the 1.5B, with the command that installs it."""
+    global _noted_fallback
+    if _noted_fallback or not isinstance(model, DefaultModel) or model != SMALL_MODEL:
+        return
+    from targ_mlx.runtime.model_spec import ALIASES
+
+    _noted_fallback = True
+    print(f"note: {DEFAULT_MODEL} is not installed ({ALIASES[DEFAULT_MODEL]['parts'].install}, 1.1 GB); "
+          f"using {SMALL_MODEL}", file=sys.stderr)
 
 
 def default_config_path() -> Path:
@@ -128,7 +142,7 @@ def _frozen(mapping: Mapping) -> MappingProxyType:
 
 @dataclass(frozen=True)
 class Config:
-    model: str = field(default_factory=default_model)  # as `targ ask --model` takes it
+    model: str = field(default_factory=lambda: default_model(note=False))  # as `targ ask --model` takes it
     gate: str = DEFAULT_GATE  # a registered gate: evidence | entropy | margin | variance | never | always
     k: int = DEFAULT_K
     beta: float = DEFAULT_BETA
@@ -173,8 +187,11 @@ class Config:
                 or _gates.get(gate).model_tau(model) is not None)
 
     def merged(self, **overrides: Any) -> Config:
-        """A copy with the given fields replaced, skipping None (a CLI flag not given)."""
-        return replace(self, **{k: v for k, v in overrides.items() if v is not None})
+        """A copy with the given fields replaced, skipping None (a CLI flag not given). The apps
+        call this with their flags, so a default model that is still in use is noted here."""
+        cfg = replace(self, **{k: v for k, v in overrides.items() if v is not None})
+        note_fallback(cfg.model)
+        return cfg
 
 
 _SCALARS = {

@@ -246,6 +246,9 @@ def test_default_model_is_the_1_5b_where_installed_else_smollm2_said_once(monkey
     monkeypatch.setattr(config, "_noted_fallback", False)
     expected = DEFAULT_MODEL if installed(DEFAULT_MODEL) else SMALL_MODEL
     assert config.Config().model == config.Config().model == expected
+    assert config.Config().merged(model="my.gguf").model == "my.gguf"
+    assert capsys.readouterr().err == ""  # --model given: nothing to say of the default
+    assert config.Config().merged(model=None).merged().model == expected
     err = capsys.readouterr().err
     if expected == SMALL_MODEL:  # named once, with the command that installs the 1.5B
         assert err.count("note: qwen2.5-coder-1.5b is not installed (pip install 'targ-mlx[qwen15b]'") == 1

@@ -150,3 +150,17 @@ def test_torch_encoder_leaves_threading_to_the_openblas_bound_for_mlx():
         pytest.skip(f"no OpenBLAS bound here: {_blas.BLAS_STATUS}")
     load_encoder(backend="torch", device="cpu")
     assert torch.get_num_threads() == 1
+
+
+def test_an_encoder_neither_here_nor_reachable_is_one_line_naming_the_fix(monkeypatch):
+    """Seen on a fresh GPU machine without the offline extra: transformers' OSError came out as a
+    40-line traceback from inside a search. Offline (as CI and that machine are), it is one line."""
+    import huggingface_hub.constants
+
+    from targ_mlx.errors import ModelLoadError
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(ModelLoadError) as e:
+        load_encoder("nobody/no-such-encoder", backend="torch", device="cpu")
+    msg = str(e.value)
+    assert "'nobody/no-such-encoder' is not on this machine" in msg and "fix: " in msg and "\n" not in msg

