@@ -29,29 +29,18 @@ from targ_mlx import gates
 from targ_mlx.runtime.backbone import load_backbone
 from targ_mlx.runtime.draft import draft
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_backbone import TEXT, mlx_round  # noqa: E402
+
 QUESTION = "Question: who wrote the origin of species?\nAnswer:"
-TEXT = ("The history of the Roman Empire covers the history of ancient Rome from the fall of the Roman "
-        "Republic in 27 BC until the abdication of Romulus Augustulus in AD 476 in the West. ") * 40
 
 
 def speed(bb, n_prompt: int = 256, n_decode: int = 64) -> tuple[float, float]:
-    """(prefill, decode) tokens/s, the last of 3 runs, decode pipelined as in runtime.draft."""
+    """(prefill, decode) tokens/s, the last of 3 runs (bench_backbone's timed round)."""
     prompt = bb.tokenizer.encode(TEXT)[:n_prompt]
     for _ in range(3):
-        cache = bb.make_cache()
-        t0 = time.perf_counter()
-        lg = bb.prefill(prompt, cache)
-        mx.eval(lg)
-        t1 = time.perf_counter()
-        y = mx.argmax(lg, axis=-1)
-        for _ in range(n_decode):
-            nxt = mx.argmax(bb.step(y, cache), axis=-1)
-            mx.async_eval(nxt)
-            y.tolist()
-            y = nxt
-        y.tolist()
-        t2 = time.perf_counter()
-    return n_prompt / (t1 - t0), n_decode / (t2 - t1)
+        prefill_s, decode_s = mlx_round(bb, prompt, n_decode)
+    return n_prompt / prefill_s, n_decode / decode_s
 
 
 def run_on(device, path: str, timed: bool) -> dict:
