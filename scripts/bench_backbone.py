@@ -17,6 +17,7 @@ are taken per round (the machine is shared and noisy), medians reported. Variant
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import platform
@@ -106,6 +107,7 @@ def roofline(bb, path):
 
 
 def main(argv=None):
+    faulthandler.enable()  # a segfault in llama.cpp or the kernels prints the Python stack, where it can
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m", help="alias or .gguf path (default smollm2-135m)")
     ap.add_argument("--prompt-tokens", type=int, default=256)
