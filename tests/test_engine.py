@@ -74,6 +74,7 @@ def test_the_quantized_layers_hold_the_files_bits_and_its_weights(mlx_backbone):
     q = load_backbone("smollm2-135m", dtype="quantized", kernels=False)
     inner = q.model.model
     assert (inner.embed_tokens.bits, inner.layers[0].mlp.down_proj.bits) == (8, 4)
+    assert q.dtype == "q4+q8"  # what the status line says, not the first tensor's bits
     ids = q.tokenizer.encode("Paris is")  # short: MLX's CPU quantized matmul is slow
     a, b = q.prefill(ids, q.make_cache()), mlx_backbone.prefill(ids, mlx_backbone.make_cache())
     assert mx.abs(a - b).max().item() < 0.05 and a.argmax().item() == b.argmax().item()

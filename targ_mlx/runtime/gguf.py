@@ -43,7 +43,7 @@ class GGUFModel:
     model: nn.Module
     metadata: dict
     arch: str
-    dtype: str  # "float32" | "float16" | "bfloat16" | "q4" | "q8" (kept quantized)
+    dtype: str  # "float32" | "float16" | "bfloat16" | "q4", "q8", "q4+q8" (kept quantized: each tensor's bits)
     n_params: int
     context_length: int
 
@@ -270,6 +270,14 @@ def _quant_bits(weights: dict[str, mx.array]) -> tuple[int, int] | None:
     return None
 
 
+def _quant_label(weights: dict[str, mx.array]) -> str:
+    """'q4', or 'q4+q8' where tensors differ (a Q4_K_M file keeps its Q6_K rows in 8 bits here,
+    SmolLM2's Q4_1 file its Q8_0 embedding): what a user reads as the weights' size."""
+    bits = {weights[n[: -len("scales")] + "weight"].shape[-1] // w.shape[-1]
+            for n, w in weights.items() if n.endswith(".scales")}
+    return "+".join(f"q{b}" for b in sorted(bits))
+
+
 def _count_params(weights: dict[str, mx.array]) -> int:
     total = 0
     for name, w in weights.items():
@@ -339,7 +347,7 @@ def model_from(path: str, weights: dict[str, mx.array], meta: dict, dtype: str =
 
         nn.quantize(model, class_predicate=predicate)
         dense = weights
-        label = f"q{quant[0]}"
+        label = _quant_label(weights)
     else:
         if dtype == "quantized":
             dtype = "float32"
