@@ -43,7 +43,9 @@ class GGUFModel:
     model: nn.Module
     metadata: dict
     arch: str
-    dtype: str  # "float32" | "float16" | "bfloat16" | "q4", "q8", "q4+q8" (kept quantized: each tensor's bits)
+    # "float32" | "float16" | "bfloat16" | "q4", "q8", "q4+q8": kept quantized, the mlx-lm layers' bits
+    # per tensor (a Q4_K_M file's Q6_K rows are 8-bit there; the CPU kernels keep their own blocks)
+    dtype: str
     n_params: int
     context_length: int
 
