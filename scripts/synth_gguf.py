@@ -31,7 +31,7 @@ SCALES = {
 def head(src: str, out: str) -> None:
     """The bytes before the tensor data, then the full file's size as 8 bytes."""
     reader = GGUFReader(src)
-    size = reader.data_offset + max(int(t.data_offset) - reader.data_offset + int(t.n_bytes) for t in reader.tensors)
+    size = max(int(t.data_offset) + int(t.n_bytes) for t in reader.tensors)  # the end of the last tensor
     with open(src, "rb") as f, open(out, "wb") as g:
         g.write(f.read(reader.data_offset))
         g.write(struct.pack("<Q", size))

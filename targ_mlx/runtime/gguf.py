@@ -18,6 +18,7 @@ import mlx.nn as nn
 import numpy as np
 
 from targ_mlx.errors import ModelLoadError
+from targ_mlx.runtime.gguf_blocks import GROUP  # every MLX triplet here: GGUF blocks and K-quant sub-blocks are 32 wide
 
 SUPPORTED_ARCHS = ("llama", "qwen2")
 
@@ -261,23 +262,14 @@ def _rename(weights: dict[str, mx.array]) -> dict[str, mx.array]:
     return out
 
 
-def _quant_bits(weights: dict[str, mx.array]) -> tuple[int, int] | None:
-    """(bits, group_size) of MLX-quantized triplets, or None when all weights are dense."""
-    for name, w in weights.items():
-        if name.endswith(".scales"):
-            packed = weights[name[: -len("scales")] + "weight"]
-            in_features = w.shape[-1] * 32  # GGUF Q4_0/Q4_1/Q8_0 blocks are 32 wide
-            bits = packed.shape[-1] * 32 // in_features
-            return bits, 32
-    return None
+def _bits(weights: dict[str, mx.array], prefix: str) -> int:
+    """Bits per value of the MLX-quantized `prefix`.weight (uint32 words per group of 32)."""
+    return weights[f"{prefix}.weight"].shape[-1] * 32 // (weights[f"{prefix}.scales"].shape[-1] * GROUP)
 
 
-def _quant_label(weights: dict[str, mx.array]) -> str:
-    """'q4', or 'q4+q8' where tensors differ (a Q4_K_M file keeps its Q6_K rows in 8 bits here,
-    SmolLM2's Q4_1 file its Q8_0 embedding): what a user reads as the weights' size."""
-    bits = {weights[n[: -len("scales")] + "weight"].shape[-1] // w.shape[-1]
-            for n, w in weights.items() if n.endswith(".scales")}
-    return "+".join(f"q{b}" for b in sorted(bits))
+def _quantized(weights: dict[str, mx.array]) -> list[str]:
+    """The prefixes of MLX-quantized triplets (prefix.weight/.scales/.biases); empty when all are dense."""
+    return [n[: -len(".scales")] for n in weights if n.endswith(".scales")]
 
 
 def _count_params(weights: dict[str, mx.array]) -> int:
@@ -285,7 +277,7 @@ def _count_params(weights: dict[str, mx.array]) -> int:
     for name, w in weights.items():
         if name.endswith((".scales", ".biases")) and name[: -len("scales")] + "weight" in weights:
             continue
-        total += w.shape[0] * weights[name[: -len("weight")] + "scales"].shape[-1] * 32 if w.dtype == mx.uint32 else w.size
+        total += w.shape[0] * weights[name[: -len("weight")] + "scales"].shape[-1] * GROUP if w.dtype == mx.uint32 else w.size
     return total
 
 
@@ -296,8 +288,8 @@ def dequantize_all(weights: dict[str, mx.array], dtype: mx.Dtype) -> dict[str, m
             continue
         base = name[: -len("weight")]
         if name.endswith(".weight") and base + "scales" in weights:
-            q = _quant_bits({base + "scales": weights[base + "scales"], name: w})
-            w = mx.dequantize(w, weights[base + "scales"], weights[base + "biases"], group_size=q[1], bits=q[0])
+            w = mx.dequantize(w, weights[base + "scales"], weights[base + "biases"], group_size=GROUP,
+                              bits=_bits(weights, base[:-1]))
         out[name] = w.astype(dtype)
     return out
 
@@ -334,22 +326,23 @@ def model_from(path: str, weights: dict[str, mx.array], meta: dict, dtype: str =
     if arch == "qwen2":
         args.pop("head_dim", None)
     model = module.Model(module.ModelArgs.from_dict(args))
-    quant = _quant_bits(weights)
+    quant = _quantized(weights)
     n_params = _count_params(weights)
     if dtype == "auto":
         on_cpu = mx.default_device() == mx.cpu
-        dtype = "float32" if (quant is None or (on_cpu and n_params <= 2_000_000_000)) else "quantized"
-    if dtype == "quantized" and quant is not None:
+        dtype = "float32" if (not quant or (on_cpu and n_params <= 2_000_000_000)) else "quantized"
+    if dtype == "quantized" and quant:
         # Bits differ per tensor (SmolLM2's Q4_1 file keeps its embedding in Q8_0).
         def predicate(p, m):
             if f"{p}.scales" not in weights:
                 return False
-            bits, group = _quant_bits({f"{p}.scales": weights[f"{p}.scales"], f"{p}.weight": weights[f"{p}.weight"]})
-            return {"group_size": group, "bits": bits}
+            return {"group_size": GROUP, "bits": _bits(weights, p)}
 
         nn.quantize(model, class_predicate=predicate)
         dense = weights
-        label = _quant_label(weights)
+        # each tensor's bits, e.g. "q4+q8" (a Q4_K_M file's Q6_K rows are 8-bit here, SmolLM2's
+        # Q8_0 embedding too): what a user reads as the weights' size
+        label = "+".join(f"q{b}" for b in sorted({_bits(weights, p) for p in quant}))
     else:
         if dtype == "quantized":
             dtype = "float32"
