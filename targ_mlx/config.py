@@ -99,11 +99,10 @@ def default_model(note: bool = True) -> str:
         return env
     from targ_mlx.runtime.model_spec import installed
 
-    if installed(DEFAULT_MODEL):
-        return DefaultModel(DEFAULT_MODEL)
+    model = DefaultModel(DEFAULT_MODEL if installed(DEFAULT_MODEL) else SMALL_MODEL)
     if note:
-        note_fallback(SMALL_MODEL)
-    return DefaultModel(SMALL_MODEL)
+        note_fallback(model)
+    return model
 
 
 def note_fallback(model: str) -> None:

