@@ -12,6 +12,10 @@ are taken per round (the machine is shared and noisy), medians reported. Variant
     mlx-q4          mlx-lm's own quantized layers (MLX's CPU quantized matmul; no kernels)
 
     python scripts/bench_backbone.py --rounds 5 --output-dir runs/bench_backbone
+
+llama.cpp runs through llama-cpp-python, or with --llama-bench PATH through llama.cpp's own
+llama-bench binary, one call per round (its pp at depth 0 and tg at the prompt's depth, as here:
+where the Python binding crashed, on the lent Intel machine, BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from datetime import date
@@ -73,6 +78,23 @@ def llama_round(llm, prompt, n_decode):
     return t1 - t0, t2 - t1
 
 
+class LlamaBench:
+    """llama.cpp's llama-bench as the peer: per round one run of a prompt-sized prefill (pp, depth
+    0) and of greedy decode steps after the prompt (tg, depth = the prompt), its own timings."""
+
+    def __init__(self, exe, model, threads, repack):
+        self.cmd = [exe, "-m", model, "-t", str(threads), "-r", "1", "-o", "jsonl", "--repack", str(int(repack))]
+
+    def round(self, prompt, n_decode):
+        n = len(prompt)
+        out = subprocess.run(self.cmd + ["-p", str(n), "-n", str(n_decode), "-d", f"0,{n}"],
+                             capture_output=True, text=True, check=True).stdout
+        tests = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        pp = next(t for t in tests if t["n_prompt"] == n and t["n_gen"] == 0 and t["n_depth"] == 0)
+        tg = next(t for t in tests if t["n_gen"] == n_decode and t["n_prompt"] == 0 and t["n_depth"] == n)
+        return pp["avg_ns"] / 1e9, tg["avg_ns"] / 1e9
+
+
 def no_extra_bufts():
     """llama.cpp built natively on a CPU that reports AMX repacks weights into an AMX buffer and
     segfaults in VMs that do not grant AMX tile state (seen here, even when built with
@@ -118,12 +140,18 @@ def main(argv=None):
                     help="comma list of kernels | kernels-batch6 | kernels-tiles | mlx-fp32 | mlx-q4")
     ap.add_argument("--extra-bufts", action="store_true",
                     help="let llama.cpp use AMX/repacked buffers (crashes in VMs without AMX tile state)")
+    ap.add_argument("--llama-bench", metavar="PATH",
+                    help="time llama.cpp with this llama-bench binary instead of llama-cpp-python")
     ap.add_argument("--output-dir", default="runs/bench_backbone")
     args = ap.parse_args(argv)
-    try:
-        from llama_cpp import Llama
-    except ImportError:
-        sys.exit("llama-cpp-python is not installed: pip install -e '.[bench]' (builds llama.cpp from source, ~7 min)")
+    if args.llama_bench is None:
+        try:
+            from llama_cpp import Llama
+        except ImportError:
+            sys.exit("llama-cpp-python is not installed: pip install -e '.[bench]' (builds llama.cpp from source, "
+                     "~7 min), or give --llama-bench PATH")
+    elif not os.access(args.llama_bench, os.X_OK):
+        sys.exit(f"--llama-bench {args.llama_bench}: not an executable file (build llama.cpp's llama-bench target)")
     path = alias_path(args.model) if not args.model.endswith(".gguf") else args.model
     variants = args.variants.split(",")
     if native.module() is None:
@@ -141,18 +169,23 @@ def main(argv=None):
         models["mlx-fp32"] = load_backbone(args.model, dtype="float32", kernels=False)
     if "mlx-q4" in variants:
         models["mlx-q4"] = load_backbone(args.model, dtype="quantized", kernels=False)
-    if not args.extra_bufts:
-        no_extra_bufts()
-    llm = Llama(model_path=path, n_ctx=2048, n_batch=512, n_threads=args.threads, verbose=False)
+    if args.llama_bench:
+        peer = LlamaBench(args.llama_bench, path, args.threads, args.extra_bufts)
+        timed = lambda prompt, n: peer.round(prompt, n)  # noqa: E731
+    else:
+        if not args.extra_bufts:
+            no_extra_bufts()
+        llm = Llama(model_path=path, n_ctx=2048, n_batch=512, n_threads=args.threads, verbose=False)
+        timed = lambda prompt, n: llama_round(llm, prompt, n)  # noqa: E731
     prompt = models["kernels"].tokenizer.encode(TEXT)[: args.prompt_tokens]
     rows = {v: [] for v in variants}
     for r in range(args.rounds + 1):  # round 0 warms caches and is dropped
-        ref = llama_round(llm, prompt, args.decode_tokens)
+        ref = timed(prompt, args.decode_tokens)
         for v in variants:
             bb = models[v if v in models else "kernels"]
             batch = 6 if v.endswith("batch6") else 1
             got = mlx_round(bb, prompt, args.decode_tokens, batch)
-            ref2 = llama_round(llm, prompt, args.decode_tokens)  # bracket each MLX run
+            ref2 = timed(prompt, args.decode_tokens)  # bracket each MLX run
             lp = (ref[0] + ref2[0]) / 2
             ld = (ref[1] + ref2[1]) / 2
             print(f"round {r} {v}: MLX prefill {got[0]:.2f}s decode {got[1]:.2f}s | llama.cpp prefill {lp:.2f}s "
@@ -174,7 +207,7 @@ def main(argv=None):
             "decode_ratio": med("decode_ratio"),
         }
     summary["roofline"] = roofline(models["kernels"], path)
-    meta = {"llama_cpp_extra_bufts": args.extra_bufts, "date": str(date.today()), "machine": f"{platform.machine()} {os.cpu_count()} cores, {platform.platform()}",
+    meta = {"llama_cpp_extra_bufts": args.extra_bufts, "llama_cpp": "llama-bench" if args.llama_bench else "llama-cpp-python", "date": str(date.today()), "machine": f"{platform.machine()} {os.cpu_count()} cores, {platform.platform()}",
             "blas": BLAS_STATUS, "kernels": native.status(), "model": path, "prompt_tokens": args.prompt_tokens,
             "decode_tokens": args.decode_tokens, "rounds": args.rounds, "load_avg": os.getloadavg()}
     os.makedirs(args.output_dir, exist_ok=True)

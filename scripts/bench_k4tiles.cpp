@@ -1,7 +1,8 @@
 // Q4_K tiles: the plain layout's kernel (qgemm.h, as before the k4 layout) against k4gemm
 // (k4tiles.h) on the same random Q4_K data, in one process, best of alternating calls
-// (BENCHMARKS.md, "Q4_K tiles in the k4 layout"). Both kernels are compiled in every
-// non-VNNI build; only k4 is reachable from Python there.
+// (BENCHMARKS.md, "Q4_K tiles in the k4 layout"). On an AVX512-VNNI build "old" is the VNNI
+// tile kernel, and k4 runs twice: its AVX2 kernel and its VNNI kernel, which must agree to the
+// bit (the last line says so). -DTARG_K4_VNNI_ROWS=8 builds the VNNI kernel with 8 rows a load.
 //
 //   g++ -std=gnu++20 -O3 -march=native -Itarg_mlx/runtime/native/csrc scripts/bench_k4tiles.cpp -o /tmp/bench_k4tiles -lpthread
 //   /tmp/bench_k4tiles N K M [reps]        # e.g. 17920 1536 256 30; TARG_MLX_THREADS=1 for one core
@@ -39,14 +40,19 @@ int main(int argc, char** argv) {
   std::vector<float> y0((size_t)M * N), y1((size_t)M * N);
   std::vector<std::pair<const char*, std::function<void()>>> vs = {
     {"old", [&] { qgemm(Wo, x.data(), M, y0.data(), N, nullptr, nullptr); }},
-    {"k4", [&] { k4gemm(Wn, x.data(), M, y1.data(), N, nullptr, nullptr); }},
+    {"k4", [&] { k4gemm<false>(Wn, x.data(), M, y1.data(), N, nullptr, nullptr); }},
   };
+  std::vector<float> y2((size_t)M * N);
+  if (kK4Vnni) vs.push_back({"k4-vnni", [&] { k4gemm<kK4Vnni>(Wn, x.data(), M, y2.data(), N, nullptr, nullptr); }});
   std::vector<double> best(vs.size(), 1e9);
   for (int it = 0; it < reps; it++) for (size_t v = 0; v < vs.size(); v++) { double a = now(); vs[v].second(); best[v] = std::min(best[v], now() - a); }
   double fl = 2.0 * M * N * K / 1e9;
   printf("N=%d K=%d M=%d threads=%d: ", N, K, M, pool().size());
   for (size_t v = 0; v < vs.size(); v++) printf("%s %.3f ms %.0f GF/s  ", vs[v].first, best[v] * 1e3, fl / best[v]);
-  printf("k4/old speed %.2fx\n", best[0] / best[1]);
+  printf("k4/old speed %.2fx", best[0] / best[1]);
+  if (kK4Vnni) printf("  k4-vnni/old %.2fx  k4-vnni/k4 %.2fx", best[0] / best[2], best[1] / best[2]);
+  printf("\n");
   double md = 0, sc = 0; for (size_t i = 0; i < y0.size(); i++) { md = std::max(md, (double)std::fabs(y0[i] - y1[i])); sc = std::max(sc, (double)std::fabs(y0[i])); }
   printf("  max|old-k4| %.3g of %.3g\n", md, sc);
+  if (kK4Vnni) printf("  k4-vnni and k4 %s\n", std::memcmp(y1.data(), y2.data(), y1.size() * 4) ? "DIFFER" : "agree to the bit");
 }

@@ -1,9 +1,11 @@
 #!/bin/bash
 # On a lent GPU machine (no network), from the repo root, with DIR from prepare.sh carried:
 # (1) the mlx[cuda] path: scripts/check_gpu.py on stand-in GGUFs, and `targ ask` end to end on the
-# GPU; (2) the CPU kernels on 2 of its cores against llama.cpp built there (bench_k4tiles per
-# matrix, bench_backbone whole model, each Q4_K layout). Outputs go to $OUT (machine.txt, gpu.txt,
-# build.log, cpu.txt); it stops starting new steps SECONDS (default 450) after it began.
+# GPU; (2) the CPU kernels on 2 of its cores: bench_k4tiles per matrix (each Q4_K kernel, and the
+# VNNI kernel on the k4 layout against its AVX2 kernel to the bit), test_kquant under each Q4_K
+# layout, and bench_backbone against llama.cpp's llama-bench built there, whole model, each
+# layout. Outputs go to $OUT (machine.txt, gpu.txt, build.log, cpu.txt); it stops starting new
+# steps SECONDS (default 450) after it began.
 #
 #   bash scripts/device/check.sh .dev 450
 set -u
@@ -24,38 +26,54 @@ tar xJf $D/cuda13-sm90.tar.xz -C /tmp/cuda
 # libmlx.so looks for CUDA's libraries at $ORIGIN/../../nvidia/...: point that at the image's own
 NV=$(python3 -c "import nvidia; print(list(nvidia.__path__)[0])" 2>/dev/null); [ -n "$NV" ] && ln -sfn $NV /tmp/cuda/nvidia
 NVLIB=$(find ${NV:-/nonexistent} -maxdepth 3 -name lib -type d 2>/dev/null | tr '\n' ':')
-el "builds start (llama.cpp, the CPU kernels), in the background"
-OFF="-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF"
-(tar xJf $D/llama-src.tar.xz -C /tmp && cd /tmp/llama_cpp_python-* && CMAKE_BUILD_PARALLEL_LEVEL=10 \
- CMAKE_ARGS="-DGGML_NATIVE=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF $OFF" \
- timeout 300 python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/llama .) > $O/build.log 2>&1 & LB=$!
-CPU_ENV="PYTHONPATH=/tmp/cpu:/tmp/common:$R TARG_MLX_CACHE=/tmp/tc"
-(env $CPU_ENV timeout 300 python3 -c "from targ_mlx.runtime.native.build import build; print(build())") > /tmp/native.log 2>&1 & NB=$!
 mkdir -p /tmp/m
 for m in smollm2 qwen15b; do PYTHONPATH=/tmp/common python3 scripts/synth_gguf.py fill $D/$m.head /tmp/m/$m.gguf; done
+el "builds start (llama-bench, the CPU kernels), in the background"
+CMAKE=$(command -v cmake || python3 -c "import cmake, os; print(os.path.join(cmake.CMAKE_BIN_DIR, 'cmake'))" 2>/dev/null)
+(tar xJf $D/llama-src.tar.xz -C /tmp && cd /tmp/llama_cpp_python-*/vendor/llama.cpp \
+ && $CMAKE -B /tmp/lb $(command -v ninja > /dev/null && echo -G Ninja) -DGGML_NATIVE=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DLLAMA_CURL=OFF \
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=ON -DCMAKE_BUILD_TYPE=Release \
+ && timeout 300 $CMAKE --build /tmp/lb -j 10 --target llama-bench) > $O/build.log 2>&1 & LB=$!
+CPU_ENV="PYTHONPATH=/tmp/cpu:/tmp/common:$R TARG_MLX_CACHE=/tmp/tc"
+# the kernels, then the 1.5B's repacked weights for each Q4_K layout into the cache, unpinned
+# (2 cores took 154 s a layout here; the benchmark's loads then read the cache)
+warm="from targ_mlx.runtime.backbone import load_backbone; load_backbone('/tmp/m/qwen15b.gguf', kernels=True); print('warm')"
+(env $CPU_ENV timeout 300 python3 -c "from targ_mlx.runtime.native.build import build; print(build())" \
+ && for layout in k4 tiles; do TARG_MLX_Q4K_LAYOUT=$layout env $CPU_ENV TARG_MLX_THREADS=6 timeout 240 python3 -c "$warm" & done; wait) \
+ > /tmp/native.log 2>&1 & NB=$!
 el "GPU"
 GPU_ENV="PYTHONPATH=/tmp/cuda:/tmp/common:$R TARG_MLX_CACHE=/tmp/tcu LD_LIBRARY_PATH=${NVLIB}${LD_LIBRARY_PATH:-}"
-{ env $GPU_ENV timeout 150 python3 -X faulthandler scripts/check_gpu.py /tmp/m/smollm2.gguf /tmp/m/qwen15b.gguf; echo "check_gpu rc $?"
+{ env $GPU_ENV timeout 120 python3 -X faulthandler scripts/check_gpu.py /tmp/m/smollm2.gguf /tmp/m/qwen15b.gguf; echo "check_gpu rc $?"
   # margin with tau 1 never reads (no encoder needed); evidence searches first (needs the encoder)
-  for g in "margin --tau 1.0" "evidence"; do s=$(date +%s); env $GPU_ENV timeout 75 python3 -m targ_mlx ask --model /tmp/m/smollm2.gguf \
+  for g in "margin --tau 1.0" "evidence"; do s=$(date +%s); env $GPU_ENV timeout 60 python3 -m targ_mlx ask --model /tmp/m/smollm2.gguf \
     --index $D/tiny-bm25 --db /tmp/d.db --gate $g --max-tokens 48 "who wrote the origin of species" 2>&1 | tail -8
     echo "ask --gate $g: rc ${PIPESTATUS[0]}, $(( $(date +%s) - s )) s"; done; } > $O/gpu.txt 2>&1
-cat $O/gpu.txt
-el "waiting for the builds"; wait $NB; cat /tmp/native.log >> $O/build.log; wait $LB; echo "llama.cpp build rc $?" >> $O/build.log
+el "GPU done"; cat $O/gpu.txt
+el "waiting for the builds"; wait $NB; cat /tmp/native.log >> $O/build.log; wait $LB; echo "llama-bench build rc $?" >> $O/build.log
+LBX=/tmp/lb/bin/llama-bench
 export TARG_MLX_THREADS=2 OPENBLAS_NUM_THREADS=2 OMP_NUM_THREADS=2
-{ g++ -std=gnu++20 -O3 -march=native -I$R/targ_mlx/runtime/native/csrc scripts/bench_k4tiles.cpp -o /tmp/bk4 -lpthread
-  for shape in "17920 1536 256" "3584 1536 256" "1536 8960 256" "17920 1536 1"; do taskset -c $CPUS /tmp/bk4 $shape 20; done
-  probe="import sys; sys.path.insert(0, 'scripts'); import bench_backbone as b; b.no_extra_bufts(); from llama_cpp import Llama
-Llama(model_path='/tmp/m/smollm2.gguf', n_threads=2, verbose=False).eval(list(range(1, 40))); print('llama.cpp runs')"
-  env PYTHONPATH=/tmp/llama:/tmp/cpu:/tmp/common:$R taskset -c $CPUS timeout 60 python3 -X faulthandler -c "$probe" 2>&1 | tail -5
-  echo "llama.cpp probe rc ${PIPESTATUS[0]}"; } > $O/cpu.txt 2>&1
-BB="env PYTHONPATH=/tmp/llama:/tmp/cpu:/tmp/common:$R TARG_MLX_CACHE=/tmp/tc taskset -c $CPUS python3 scripts/bench_backbone.py --threads 2 --decode-tokens 32 --variants kernels"
-if grep -q "llama.cpp runs" $O/cpu.txt; then
-  for layout in tiles k4; do
-    [ $(left) -lt 100 ] && { el "skip the 1.5B, $layout: $(left) s left" | tee -a $O/cpu.txt; continue; }
-    el "1.5B, $layout"; TARG_MLX_Q4K_LAYOUT=$layout timeout $(( $(left) - 10 )) $BB --model /tmp/m/qwen15b.gguf --rounds 2 \
-      --output-dir /tmp/bb 2>&1 | grep -v Warning | tail -6 >> $O/cpu.txt
+{ el "per matrix"
+  for rows in 4 8; do g++ -std=gnu++20 -O3 -march=native -DTARG_K4_VNNI_ROWS=$rows -I$R/targ_mlx/runtime/native/csrc \
+    scripts/bench_k4tiles.cpp -o /tmp/bk4-$rows -lpthread; done
+  for shape in "17920 1536 256" "3584 1536 256" "1536 8960 256" "17920 1536 8" "17920 1536 1"; do
+    for rows in 4 8; do echo "VNNI rows $rows:"; taskset -c $CPUS /tmp/bk4-$rows $shape 20; done; done
+  el "test_kquant, each layout"
+  for layout in k4 tiles; do TARG_MLX_Q4K_LAYOUT=$layout env $CPU_ENV timeout 120 python3 -m pytest -q -p no:cacheprovider \
+    tests/test_kquant.py 2>&1 | tail -3; echo "test_kquant $layout rc ${PIPESTATUS[0]}"; done
+  el "llama-bench probes"
+  for rp in 0 1; do taskset -c $CPUS timeout 60 $LBX -m /tmp/m/smollm2.gguf -t 2 -p 64 -n 4 -r 1 --repack $rp 2>&1 | tail -4
+    echo "llama-bench --repack $rp rc ${PIPESTATUS[0]}"; done; } > $O/cpu.txt 2>&1
+cat $O/cpu.txt
+# the peer: llama.cpp as it runs by default (repacked buffers) where that works here, else mapped
+XB=""; grep -q "llama-bench --repack 1 rc 0" $O/cpu.txt && XB="--extra-bufts"
+BB="env $CPU_ENV taskset -c $CPUS python3 scripts/bench_backbone.py --threads 2 --decode-tokens 32 --variants kernels --llama-bench $LBX $XB"
+if grep -q "llama-bench --repack [01] rc 0" $O/cpu.txt; then
+  for layout in k4 tiles; do
+    [ $(left) -lt 90 ] && { el "skip the 1.5B, $layout: $(left) s left" | tee -a $O/cpu.txt; continue; }
+    el "1.5B, $layout $XB" | tee -a $O/cpu.txt; TARG_MLX_Q4K_LAYOUT=$layout timeout $(( $(left) - 10 )) $BB --model /tmp/m/qwen15b.gguf \
+      --rounds 2 --output-dir /tmp/bb 2>&1 | grep -v Warning | tail -7 | tee -a $O/cpu.txt
   done
-  [ $(left) -gt 45 ] && timeout $(( $(left) - 5 )) $BB --model /tmp/m/smollm2.gguf --rounds 3 --output-dir /tmp/bb 2>&1 | tail -6 >> $O/cpu.txt
+  [ $(left) -gt 45 ] && { el "SmolLM2" | tee -a $O/cpu.txt; timeout $(( $(left) - 5 )) $BB --model /tmp/m/smollm2.gguf --rounds 3 \
+    --output-dir /tmp/bb 2>&1 | tail -6 | tee -a $O/cpu.txt; }
 fi
-cat $O/cpu.txt; el done
+el done

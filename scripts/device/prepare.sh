@@ -9,7 +9,7 @@
 # It holds: wheels for Python 3.12 (what targ_mlx needs beyond the machine's image: mlx, mlx-lm,
 # usearch with numkong, bm25s, ...), mlx-cpu, the mlx-cuda-13 wheel as a tarball with the cubins
 # of other GPUs than sm_90 zeroed and symbols stripped (90 MB -> 20 MB), llama-cpp-python's sdist
-# without models/docs/other backends (77 MB -> 4 MB), the GGUFs' headers (scripts/synth_gguf.py)
+# without models/docs/other backends (77 MB -> 4 MB; its llama.cpp builds llama-bench alone), the GGUFs' headers (scripts/synth_gguf.py)
 # and a BM25-only index of 1,500 real passages. ~61 MB: keep results/ out of the index for the call
 # (`git rm -r -q --cached results`, then `git reset -q results`), or the tree is over the limit.
 set -euo pipefail
@@ -21,7 +21,7 @@ P="$P --platform manylinux2014_x86_64 --platform manylinux1_x86_64"
 v() { $PY -c "import importlib.metadata as m; print(m.version('$1'))"; }
 $PY -m pip download -q $P -d $D/wh $(for p in bm25s click click-default-group diskcache gguf nanobind numkong \
     platformdirs PyStemmer sqlite-fts4 sqlite-utils tabulate tomli_w usearch mlx-lm python-dateutil \
-    mwparserfromhell pypdf; do echo "$p==$(v $p)"; done)
+    mwparserfromhell pypdf pytest pluggy iniconfig packaging; do echo "$p==$(v $p)"; done)
 $PY -m pip download -q $P -d $D/mlxpy "mlx==$(v mlx)"
 $PY -m pip download -q $P -d $D/cpu "mlx-cpu==$(v mlx)"
 $PY -m pip download -q $P -d /tmp/prep "mlx-cuda-13==$(v mlx)"
@@ -48,6 +48,8 @@ rm -rf /tmp/prep/l && mkdir /tmp/prep/l && tar xzf /tmp/prep/llama_cpp_python-*.
 L=$(ls -d /tmp/prep/l/llama_cpp_python-*); V=$L/vendor/llama.cpp
 rm -rf $L/{.git,.github,examples,docs,docker,tests} $V/{.git*,.github,models,docs,media,benches,tests,examples,conversion,gguf-py,scripts,skills}
 rm -rf $V/tools/{ui,server,tts,results}
+# llama.cpp's own llama-bench (bench_backbone.py --llama-bench) as the only tool built from here
+printf 'find_package(Threads REQUIRED)\nllama_add_compile_flags()\nadd_subdirectory(llama-bench)\n' > $V/tools/CMakeLists.txt
 for b in cann cuda et hexagon hip metal musa opencl openvino rpc sycl virtgpu vulkan webgpu zdnn zendnn; do rm -rf $V/ggml/src/ggml-$b; done
 tar cJf $D/llama-src.tar.xz -C /tmp/prep/l $(basename $L)
 $PY scripts/synth_gguf.py head "$($PY -c "from targ_mlx.runtime.backbone import alias_path; print(alias_path('smollm2-135m'))")" $D/smollm2.head

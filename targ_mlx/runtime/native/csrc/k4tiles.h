@@ -166,6 +166,80 @@ inline void k4_block(const QMat& W, int t, int h0, const Q8K& X, int m0, float* 
 }
 #endif
 
+#if TARG_VNNI
+// AVX512-VNNI: a run's 64 bytes are the tile's 16 columns x 4 consecutive k, which is
+// vpdpbusd's operand as loaded, so one mask (or shift and mask) and one vpdpbusd per 4 k and
+// row give each column's group dot product in int32 (no byte shuffle: the plain layout needs a
+// vpermb per 64 bytes). The group's 6-bit scale is then one vpmulld; every integer sum is
+// exact, and the float fold per 256 is lane for lane the AVX2 kernel's, so both give the same
+// bits (bench_k4tiles checks it on a VNNI machine).
+template <int R, bool PREFETCH>
+inline void k4_vnni(const QMat& W, int t, const Q8K& X, int m0, float* out) {
+  const int K = W.K, G = K / QG, S = K / QK;
+  const __m512i low = _mm512_set1_epi8(0x0f);
+  const uint8_t* tile = W.q + (size_t)t * W.tile_bytes();
+  const uint8_t* smt = (const uint8_t*)W.scales + (size_t)t * G * 2 * NT;  // per group: 16 scales, 16 mins
+  const int8_t* xr[R];
+  for (int r = 0; r < R; r++) xr[r] = X.q + (size_t)(m0 + r) * K;
+  __m512 facc[R];
+  for (int r = 0; r < R; r++) facc[r] = _mm512_setzero_ps();
+  for (int s = 0; s < S; s++) {
+    __m512i a32[R];
+    for (int r = 0; r < R; r++) a32[r] = _mm512_setzero_si512();
+    for (int g = 8 * s; g < 8 * s + 8; g++) {
+      const uint8_t* grp = tile + (size_t)g * 256;
+      if constexpr (PREFETCH) {
+        const char* ahead = (const char*)grp + 4 * 256;
+        for (int c = 0; c < 256; c += 64) _mm_prefetch(ahead + c, _MM_HINT_T0);
+      }
+      const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(smt + (size_t)g * 2 * NT)));
+      __m512i w[8];
+      for (int j = 0; j < 4; j++) {
+        const __m512i v = _mm512_loadu_si512(grp + 64 * j);
+        w[2 * j] = _mm512_and_si512(v, low);                          // k = 8j .. 8j + 3
+        w[2 * j + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);  // k = 8j + 4 .. 8j + 7
+      }
+      for (int r = 0; r < R; r++) {
+        int32_t xq[8];
+        std::memcpy(xq, xr[r] + g * QG, 32);
+        __m512i d0 = _mm512_setzero_si512(), d1 = _mm512_setzero_si512();  // two chains in flight
+        for (int j = 0; j < 4; j++) {
+          d0 = _mm512_dpbusd_epi32(d0, w[2 * j], _mm512_set1_epi32(xq[2 * j]));
+          d1 = _mm512_dpbusd_epi32(d1, w[2 * j + 1], _mm512_set1_epi32(xq[2 * j + 1]));
+        }
+        // |dot| <= 32 * 15 * 127 and the scale < 64: 8 groups stay far inside int32
+        a32[r] = _mm512_add_epi32(a32[r], _mm512_mullo_epi32(_mm512_add_epi32(d0, d1), sc));
+      }
+    }
+    // the mins: sum_g m[c][g] * xsum_g, as 4 vpmaddwd over pairs of groups (16-bit pairs per column)
+    const uint16_t* dd = (const uint16_t*)biases_at(W, t, 8 * s);
+    __m512i m16[4];
+    for (int p = 0; p < 4; p++) {
+      const uint8_t* m0b = smt + (size_t)(8 * s + 2 * p) * 2 * NT + NT;
+      const __m128i a = _mm_loadu_si128((const __m128i*)m0b), b = _mm_loadu_si128((const __m128i*)(m0b + 2 * NT));
+      m16[p] = _mm512_cvtepu8_epi16(_mm256_set_m128i(_mm_unpackhi_epi8(a, b), _mm_unpacklo_epi8(a, b)));
+    }
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)dd));
+    const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(dd + NT)));
+    for (int r = 0; r < R; r++) {
+      const int16_t* xs = X.bsum32 + (size_t)(m0 + r) * G + 8 * s;
+      __m512i mn = _mm512_setzero_si512();
+      for (int p = 0; p < 4; p++) {
+        int32_t pair;
+        std::memcpy(&pair, xs + 2 * p, 4);
+        mn = _mm512_add_epi32(mn, _mm512_madd_epi16(m16[p], _mm512_set1_epi32(pair)));
+      }
+      const __m512 v = _mm512_fmsub_ps(d, _mm512_cvtepi32_ps(a32[r]), _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn)));
+      facc[r] = _mm512_fmadd_ps(v, _mm512_set1_ps(X.d[(size_t)(m0 + r) * S + s]), facc[r]);
+    }
+  }
+  for (int r = 0; r < R; r++) _mm512_storeu_ps(out + r * NT, facc[r]);
+}
+constexpr bool kK4Vnni = true;
+#else
+constexpr bool kK4Vnni = false;
+#endif
+
 constexpr int kK4Rows = 4;  // activation rows sharing each weight load at prefill
 
 // 1..kK4Rows rows at m over half h of tile t.
@@ -179,16 +253,68 @@ inline void k4_rows(const QMat& W, int t, int h, const Q8K& X, int m, int rows, 
   }
 }
 
+#if TARG_VNNI
+#ifndef TARG_K4_VNNI_ROWS
+#define TARG_K4_VNNI_ROWS 4
+#endif
+constexpr int kK4VnniRows = TARG_K4_VNNI_ROWS;  // rows sharing each weight load (4 or 8; bench_k4tiles)
+
+// 1..kK4VnniRows rows at m over all 16 columns of tile t.
+template <bool PREFETCH>
+inline void k4_vnni_rows(const QMat& W, int t, const Q8K& X, int m, int rows, float* acc) {
+  switch (rows) {
+    case 1: k4_vnni<1, PREFETCH>(W, t, X, m, acc); break;
+    case 2: k4_vnni<2, PREFETCH>(W, t, X, m, acc); break;
+    case 3: k4_vnni<3, PREFETCH>(W, t, X, m, acc); break;
+    case 4: k4_vnni<4, PREFETCH>(W, t, X, m, acc); break;
+#if TARG_K4_VNNI_ROWS > 4
+    case 5: k4_vnni<5, PREFETCH>(W, t, X, m, acc); break;
+    case 6: k4_vnni<6, PREFETCH>(W, t, X, m, acc); break;
+    case 7: k4_vnni<7, PREFETCH>(W, t, X, m, acc); break;
+    default: k4_vnni<8, PREFETCH>(W, t, X, m, acc); break;
+#else
+    default: k4_vnni<4, PREFETCH>(W, t, X, m, acc); break;
+#endif
+  }
+}
+#endif
+
 // Tiles [t0, t1) for all M rows. Up to 2 rows (a decode step): both halves of a tile at once,
 // streaming each weight once with prefetch. More: rows in blocks whose int8 activations stay in
 // L2, 4 rows at a time over each half-tile in L1; up to 8 rows (the variance gate's) the weights
-// still come from memory, so the first half prefetches.
+// still come from memory, so the first half prefetches. VNNI (by default where built) takes a
+// whole tile per load instead of a half.
+template <bool VNNI = kK4Vnni>
 inline void k4_tiles(const QMat& W, const Q8K& X, int M, int t0, int t1, float* y, int ldy, const float* residual,
                      const float* bias) {
-  alignas(64) float acc[kK4Rows * NT];
+  constexpr int RB = [] {
+#if TARG_VNNI
+    if (VNNI) return kK4VnniRows;
+#endif
+    return kK4Rows;
+  }();
+  alignas(64) float acc[RB * NT];
   auto emit = [&](int m, int rows, int t) {
     for (int r = 0; r < rows; r++) finish(acc + r * NT, m + r, t * NT, NT, y, ldy, residual, bias);
   };
+#if TARG_VNNI
+  if constexpr (VNNI) {
+    const bool stream = M <= 8;
+    const int MB = std::max(RB, (256 * 1024 / W.K) / RB * RB);
+    for (int mb = 0; mb < M; mb += MB) {
+      const int me = std::min(M, mb + MB);
+      for (int t = t0; t < t1; t++) {
+        for (int m = mb; m < me; m += RB) {
+          const int rows = std::min(RB, me - m);
+          if (stream) k4_vnni_rows<true>(W, t, X, m, rows, acc);
+          else k4_vnni_rows<false>(W, t, X, m, rows, acc);
+          emit(m, rows, t);
+        }
+      }
+    }
+    return;
+  }
+#endif
   if (M <= 2) {
     for (int t = t0; t < t1; t++) {
       if (M == 1) k4_block<1, 2, true>(W, t, 0, X, 0, acc);
@@ -214,10 +340,11 @@ inline void k4_tiles(const QMat& W, const Q8K& X, int M, int t0, int t1, float* 
 }
 
 // y (M x N, row stride ldy) = x (M x K) W^T [+ bias] [+ residual] for Q4_K tiles in the k4 layout.
+template <bool VNNI = kK4Vnni>
 inline void k4gemm(const QMat& W, const float* x, int M, float* y, int ldy, const float* residual, const float* bias) {
   if (M <= 0) return;  // the row kernels always read at least one row
   const Q8K X = quantize_q8k_scratch(x, M, W.K);
-  auto body = [&](int a, int b) { k4_tiles(W, X, M, a, b, y, ldy, residual, bias); };
+  auto body = [&](int a, int b) { k4_tiles<VNNI>(W, X, M, a, b, y, ldy, residual, bias); };
   if ((long)M * W.N * W.K < (1 << 18)) body(0, W.N / NT);
   else parallel_range(W.N / NT, 4, 4, body);
 }
