@@ -4,7 +4,9 @@
 # GPU; (2) the CPU kernels on 2 of its cores: bench_k4tiles per matrix (each Q4_K kernel, and the
 # VNNI kernel on the k4 layout against its AVX2 kernel to the bit), test_kquant under each Q4_K
 # layout, and bench_backbone against llama.cpp's llama-bench built there, whole model, each
-# layout. Outputs go to $OUT (machine.txt, gpu.txt, build.log, cpu.txt); it stops starting new
+# layout (against llama.cpp's repacked buffers where they run, MAPPED=1: as mapped). SKIP_GPU=1,
+# SKIP_MATRIX=1 leave those parts out; ROUNDS (default 2) per whole-model run. Outputs go to
+# $OUT (machine.txt, gpu.txt, build.log, cpu.txt); it stops starting new
 # steps SECONDS (default 450) after it began.
 #
 #   bash scripts/device/check.sh .dev 450
@@ -41,37 +43,37 @@ warm="from targ_mlx.runtime.backbone import load_backbone; load_backbone('/tmp/m
 (env $CPU_ENV timeout 300 python3 -c "from targ_mlx.runtime.native.build import build; print(build())" \
  && for layout in k4 tiles; do TARG_MLX_Q4K_LAYOUT=$layout env $CPU_ENV TARG_MLX_THREADS=6 timeout 240 python3 -c "$warm" & done; wait) \
  > /tmp/native.log 2>&1 & NB=$!
-el "GPU"
+if [ -z "${SKIP_GPU:-}" ]; then el "GPU"
 GPU_ENV="PYTHONPATH=/tmp/cuda:/tmp/common:$R TARG_MLX_CACHE=/tmp/tcu LD_LIBRARY_PATH=${NVLIB}${LD_LIBRARY_PATH:-}"
 { env $GPU_ENV timeout 120 python3 -X faulthandler scripts/check_gpu.py /tmp/m/smollm2.gguf /tmp/m/qwen15b.gguf; echo "check_gpu rc $?"
   # margin with tau 1 never reads (no encoder needed); evidence searches first (needs the encoder)
   for g in "margin --tau 1.0" "evidence"; do s=$(date +%s); env $GPU_ENV timeout 60 python3 -m targ_mlx ask --model /tmp/m/smollm2.gguf \
     --index $D/tiny-bm25 --db /tmp/d.db --gate $g --max-tokens 48 "who wrote the origin of species" 2>&1 | tail -8
     echo "ask --gate $g: rc ${PIPESTATUS[0]}, $(( $(date +%s) - s )) s"; done; } > $O/gpu.txt 2>&1
-el "GPU done"; cat $O/gpu.txt
+el "GPU done"; cat $O/gpu.txt; fi
 el "waiting for the builds"; wait $NB; cat /tmp/native.log >> $O/build.log; wait $LB; echo "llama-bench build rc $?" >> $O/build.log
 LBX=/tmp/lb/bin/llama-bench
 export TARG_MLX_THREADS=2 OPENBLAS_NUM_THREADS=2 OMP_NUM_THREADS=2
-{ el "per matrix"
+[ -n "${SKIP_MATRIX:-}" ] || { el "per matrix"
   for rows in 4 8; do g++ -std=gnu++20 -O3 -march=native -DTARG_K4_VNNI_ROWS=$rows -I$R/targ_mlx/runtime/native/csrc \
     scripts/bench_k4tiles.cpp -o /tmp/bk4-$rows -lpthread; done
   for shape in "17920 1536 256" "3584 1536 256" "1536 8960 256" "17920 1536 8" "17920 1536 1"; do
     for rows in 4 8; do echo "VNNI rows $rows:"; taskset -c $CPUS /tmp/bk4-$rows $shape 20; done; done
   el "test_kquant, each layout"
-  for layout in k4 tiles; do TARG_MLX_Q4K_LAYOUT=$layout env $CPU_ENV timeout 120 python3 -m pytest -q -p no:cacheprovider \
-    tests/test_kquant.py 2>&1 | tail -3; echo "test_kquant $layout rc ${PIPESTATUS[0]}"; done
-  el "llama-bench probes"
+  for layout in k4 tiles; do TARG_MLX_Q4K_LAYOUT=$layout env $CPU_ENV timeout 120 python3 -X faulthandler -m pytest -q \
+    -p no:cacheprovider tests/test_kquant.py > $O/test_kquant_$layout.txt 2>&1; echo "test_kquant $layout rc $?"; done; } > $O/cpu.txt 2>&1
+{ el "llama-bench probes"
   for rp in 0 1; do taskset -c $CPUS timeout 60 $LBX -m /tmp/m/smollm2.gguf -t 2 -p 64 -n 4 -r 1 --repack $rp 2>&1 | tail -4
-    echo "llama-bench --repack $rp rc ${PIPESTATUS[0]}"; done; } > $O/cpu.txt 2>&1
+    echo "llama-bench --repack $rp rc ${PIPESTATUS[0]}"; done; } >> $O/cpu.txt 2>&1
 cat $O/cpu.txt
 # the peer: llama.cpp as it runs by default (repacked buffers) where that works here, else mapped
-XB=""; grep -q "llama-bench --repack 1 rc 0" $O/cpu.txt && XB="--extra-bufts"
-BB="env $CPU_ENV taskset -c $CPUS python3 scripts/bench_backbone.py --threads 2 --decode-tokens 32 --variants kernels --llama-bench $LBX $XB"
+XB=""; [ -z "${MAPPED:-}" ] && grep -q "llama-bench --repack 1 rc 0" $O/cpu.txt && XB="--extra-bufts"
+BB="env $CPU_ENV taskset -c $CPUS python3 scripts/bench_backbone.py --threads 2 --decode-tokens 32 --variants kernels --llama-bench $LBX $XB"; ROUNDS=${ROUNDS:-2}
 if grep -q "llama-bench --repack [01] rc 0" $O/cpu.txt; then
   for layout in k4 tiles; do
     [ $(left) -lt 90 ] && { el "skip the 1.5B, $layout: $(left) s left" | tee -a $O/cpu.txt; continue; }
     el "1.5B, $layout $XB" | tee -a $O/cpu.txt; TARG_MLX_Q4K_LAYOUT=$layout timeout $(( $(left) - 10 )) $BB --model /tmp/m/qwen15b.gguf \
-      --rounds 2 --output-dir /tmp/bb 2>&1 | grep -v Warning | tail -7 | tee -a $O/cpu.txt
+      --rounds $ROUNDS --output-dir /tmp/bb 2>&1 | grep -v Warning | tail -7 | tee -a $O/cpu.txt
   done
   [ $(left) -gt 45 ] && { el "SmolLM2" | tee -a $O/cpu.txt; timeout $(( $(left) - 5 )) $BB --model /tmp/m/smollm2.gguf --rounds 3 \
     --output-dir /tmp/bb 2>&1 | tail -6 | tee -a $O/cpu.txt; }

@@ -255,9 +255,11 @@ inline void k4_rows(const QMat& W, int t, int h, const Q8K& X, int m, int rows, 
 
 #if TARG_VNNI
 #ifndef TARG_K4_VNNI_ROWS
-#define TARG_K4_VNNI_ROWS 4
+#define TARG_K4_VNNI_ROWS 8
 #endif
-constexpr int kK4VnniRows = TARG_K4_VNNI_ROWS;  // rows sharing each weight load (4 or 8; bench_k4tiles)
+// rows sharing each weight load: 8 beat 4 at M = 256 by 1-8% per matrix on the lent Xeon
+// (bench_k4tiles -DTARG_K4_VNNI_ROWS=4 builds the other)
+constexpr int kK4VnniRows = TARG_K4_VNNI_ROWS;
 
 // 1..kK4VnniRows rows at m over all 16 columns of tile t.
 template <bool PREFETCH>
