@@ -5,7 +5,10 @@ once the float16 scales are finite), so every bit pattern of the scales, mins an
 exercised; gguf-py's `gguf.quants.dequantize` is the reference.
 """
 
+import os
+import subprocess
 import sys
+from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
@@ -105,6 +108,21 @@ def test_q4k_tiles_keep_the_blocks_values_and_multiply_like_them(N):
             assert mx.array_equal(P.linear(N, mx.array(x[i : i + size])), full[i : i + size])
     emb = np.array(P.embed(N, mx.array([5, 63])))
     assert rel_err(emb, W[[5, 63]]) < 1e-6  # fma(q, d*sc, -dmin*m): within an ulp of gguf-py's two steps
+    flag = os.environ.get("TARG_MLX_Q4K_LAYOUT")
+    assert flag is None or N.q4k_layout() == flag  # the layout the test below asked for is the one tested
+
+
+def test_q4k_tiles_in_the_other_layout_keep_their_values_and_multiply_like_them():
+    """Both Q4_K layouts are in every build, but a process runs one (read once): the test above
+    runs again in a process that asks for the other (on AVX512-VNNI: k4's own vpdpbusd kernel)."""
+    other = "tiles" if native.q4k_layout() == "k4" else "k4"
+    test = f"{__file__}::test_q4k_tiles_keep_the_blocks_values_and_multiply_like_them"
+    # the kernels from where this process loaded them (this test's TARG_MLX_CACHE is a fresh folder)
+    cache = Path(native.module().__file__).parents[2]
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test],
+                       env={**os.environ, "TARG_MLX_Q4K_LAYOUT": other, "TARG_MLX_CACHE": str(cache)},
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "1 passed" in r.stdout, f"layout {other}:\n{r.stdout[-3000:]}{r.stderr[-2000:]}"
 
 
 def test_bad_blocks_are_one_line_errors(N):
