@@ -257,8 +257,8 @@ inline void k4_rows(const QMat& W, int t, int h, const Q8K& X, int m, int rows, 
 #ifndef TARG_K4_VNNI_ROWS
 #define TARG_K4_VNNI_ROWS 8
 #endif
-// rows sharing each weight load: 8 beat 4 at M = 256 by 1-8% per matrix on the lent Xeon
-// (bench_k4tiles -DTARG_K4_VNNI_ROWS=4 builds the other)
+// rows sharing each weight load: 8 ran as fast as 4 or up to 8% faster per matrix at M = 8 and
+// 256 on the lent Xeon (bench_k4tiles -DTARG_K4_VNNI_ROWS=4 builds the other)
 constexpr int kK4VnniRows = TARG_K4_VNNI_ROWS;
 
 // 1..kK4VnniRows rows at m over all 16 columns of tile t.
