@@ -16,7 +16,7 @@ from targ_mlx.defaults import (
     REWRITE_METHODS,
 )
 from targ_mlx.gates import GATES
-from targ_mlx.retrieval import RETRIEVERS
+from targ_mlx.retrieval import RETRIEVER_HELP, RETRIEVERS
 from targ_mlx.settings import Settings
 
 
@@ -27,9 +27,7 @@ def add_common_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--index", action="append", metavar="DIR",
                    help="index folder; repeat to search several at once, e.g. Wikipedia and your notes "
                         "(default: the offline default index, built on first use)")
-    p.add_argument("--retriever", choices=RETRIEVERS,
-                   help="how the index is searched: dense vectors, bm25, or hybrid (both, fused by rank; "
-                        "the default where the index has a BM25 part, else dense)")
+    p.add_argument("--retriever", choices=RETRIEVERS, help=RETRIEVER_HELP)
     p.add_argument("--db", help="decision log (default: decisions.db under the user data dir)")
     p.add_argument("--config", help="config TOML (default: config.toml under the user config dir)")
     p.add_argument("--gate", choices=GATES, help="gate (default from config: evidence, which searches first and reads only where it likely helps; the paper's: entropy, margin, variance)")
@@ -60,7 +58,7 @@ def index_folders(flag: list[str] | None, configured: str | None) -> list[str]:
 def open_index(paths: list[str], retriever: str | None = None):
     """A zero-argument loader for the retriever, so answers that skip retrieval never load it.
 
-    `retriever`: dense, bm25 or hybrid (None: hybrid where the indexes have BM25 parts)."""
+    `retriever`: dense, bm25 or hybrid (None: dense, or bm25 on BM25-only indexes: `retriever_mode`)."""
 
     def load():
         from targ_mlx import index

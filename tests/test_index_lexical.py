@@ -218,6 +218,22 @@ def test_a_bm25_only_index_stores_no_vectors_and_scores_what_it_returns(small_in
         assert [p.key for p in a] == [p.key for p in b]  # the same passages, the same BM25
         # the cosine of each, encoded at search time, is the stored vector's (f16) cosine
         assert [p.score for p in a] == pytest.approx([p.score for p in b], abs=2e-3)
-    for mode in ("dense", "hybrid"):
-        with pytest.raises(IndexMismatchError, match=r"BM25-only index .*fix: --retriever bm25"):
-            open_indexes([idx], retriever=mode)
+    with pytest.raises(IndexMismatchError, match=r"BM25-only index .*fix: --retriever bm25"):
+        open_indexes([idx], retriever="dense")
+
+
+def test_hybrid_over_a_bm25_only_index_fuses_bm25s_top_20_with_their_cosine_order(small_index_corpus,
+                                                                                small_index_questions, tmp_path):
+    idx = build_index([str(small_index_corpus)], tmp_path / "lex", dense=False)
+    bm25, hybrid = open_indexes([idx], retriever="bm25"), open_indexes([idx], retriever="hybrid")
+    moved = 0
+    for q in small_index_questions[:8]:
+        top = bm25.search(q["question"], 20)  # BM25's order, each with its cosine (encoded now)
+        by_cosine = sorted(top, key=lambda p: -p.score)
+        want = fuse([by_cosine, top], 5)
+        got = hybrid.search(q["question"], 5)
+        assert [p.key for p in got] == [p.key for p in want]
+        assert [p.score for p in got] == pytest.approx([p.score for p in want], abs=1e-5)
+        assert all(p.bm25 > 0 and p.text for p in got)
+        moved += [p.key for p in got] != [p.key for p in top[:5]]
+    assert moved  # the cosine order changed some top 5: this is not BM25 under another name

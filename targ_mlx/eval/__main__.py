@@ -18,7 +18,7 @@ bind_openblas()  # an entry point: bind before the imports below load mlx.core
 from targ_mlx.eval.datasets import DATASETS, DEFAULT_LIMIT, dataset_name, load_hf, max_tokens_for, read_jsonl, sample
 from targ_mlx.eval.record import DEFAULT_CONTEXT_TOKENS, DEFAULT_K, RecordSettings
 from targ_mlx.eval.run import DEFAULT_BATCH, DEFAULT_LATENCY_SAMPLE
-from targ_mlx.retrieval import RETRIEVERS
+from targ_mlx.retrieval import RETRIEVER_HELP, RETRIEVERS
 
 logger = logging.getLogger(__name__)
 
@@ -34,8 +34,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
                    help="output names per dataset, in order (default: the dataset name or the data file's stem)")
     p.add_argument("--limit", type=int, default=DEFAULT_LIMIT, help=f"seeded sample size per dataset (default {DEFAULT_LIMIT}; 0 = all)")
     p.add_argument("--index", help="index folder (default: the offline default index)")
-    p.add_argument("--retriever", choices=RETRIEVERS,
-                   help="how the index is searched (default: hybrid where it has a BM25 part, else dense)")
+    p.add_argument("--retriever", choices=RETRIEVERS, help=RETRIEVER_HELP)
     p.add_argument("--model", default=None, help="alias (qwen2.5-coder-1.5b: the default where installed; smollm2-135m), .gguf path, "
                    "MLX folder or mlx-lm repo id")
     p.add_argument("--output-dir", required=True, help="where records, tables and plots go (one subfolder per dataset when several)")

@@ -15,7 +15,7 @@ from targ_mlx.index.encoder import BACKENDS, DEFAULT_BATCH_SIZE, DEFAULT_ENCODER
 from targ_mlx.index.progress import ProgressBar
 from targ_mlx.index.lexical import fix_command, lexical_summary
 from targ_mlx.index.store import DTYPES, HnswParams
-from targ_mlx.retrieval import RETRIEVERS
+from targ_mlx.retrieval import RETRIEVER_HELP, RETRIEVERS
 
 DEFAULT_K = 5
 _WRITE_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EFBIG, errno.EDQUOT}  # the disk said no
@@ -94,8 +94,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     s.add_argument("-k", type=int, default=DEFAULT_K, help=f"passages to return (default: {DEFAULT_K})")
     s.add_argument("--json", action="store_true", help="print JSON lines instead of text")
     s.add_argument("--expansion-search", type=int, help="HNSW ef for this search (default: the index's)")
-    s.add_argument("--retriever", choices=RETRIEVERS,
-                   help="dense, bm25 or hybrid (default: hybrid where the index has a BM25 part, else dense)")
+    s.add_argument("--retriever", choices=RETRIEVERS, help=RETRIEVER_HELP)
     return parser
 
 

@@ -59,9 +59,9 @@ def retriever_mode(paths: Sequence[Path | str], wanted: str | None) -> str:
         raise ValueError(f"--retriever {wanted!r} is not one of {', '.join(MODES)}; fix: pick one of them")
     lacking = [Path(p) for p in paths if not has_lexical(Path(p))]
     no_vectors = [Path(p) for p in paths if not _has_vectors(Path(p))]
-    if no_vectors and wanted in (DENSE, HYBRID):
+    if no_vectors and wanted == DENSE:
         raise IndexMismatchError(f"{no_vectors[0]} is a BM25-only index (built with --no-dense); "
-                                 "fix: --retriever bm25")
+                                 "fix: --retriever bm25 (or hybrid: BM25's top passages re-ordered by cosine)")
     if wanted is None:
         if no_vectors and not lacking:
             return BM25

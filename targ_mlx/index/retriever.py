@@ -51,7 +51,7 @@ class IndexRetriever(QueryEncoding):
             raise ValueError(f"k must be a positive number of passages, got {k}")
         if self.index is None:
             raise IndexMismatchError(f"{self.path} is a BM25-only index (built with --no-dense); "
-                                     "fix: search it with --retriever bm25")
+                                     "fix: search it with --retriever bm25 or hybrid")
         vectors = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
         found = self.index.search(vectors, k, exact=exact)
         keys = np.atleast_2d(found.keys)
