@@ -70,22 +70,22 @@ class HybridRetriever:
             return []
         depth = max(k, FUSE_DEPTH)
         vecs = [np.atleast_2d(dense.encoder.encode_queries(queries)).astype(np.float32) for dense, _ in self.parts]
-        # every passage's BM25, per query and folder
-        scores = [[lex.scores(q) for _, lex in self.parts] for q in queries]
         dense = [[[] for _ in queries] for _ in self.parts]
         if self.mode == HYBRID:
             for part, ((retriever, lex), v) in enumerate(zip(self.parts, vecs)):
                 dense[part] = (retriever.search_vectors(v, depth) if retriever.index is not None
-                               else self._by_cosine(retriever, lex, [s[part] for s in scores], v, depth))
-        ranked = [self._rank(scores[i], [d[i] for d in dense], k, depth) for i in range(len(queries))]
+                               else self._by_cosine(retriever, lex, queries, v, depth))
+        ranked = [self._rank(q, [d[i] for d in dense], k, depth) for i, q in enumerate(queries)]
         self._complete(ranked, vecs)
         return [[replace(p, bm25=bm25[p.key]) for p in found if not np.isnan(p.score)] for found, bm25, _ in ranked]
 
     @staticmethod
-    def _by_cosine(retriever, lex: LexicalIndex, scores: list[np.ndarray], vecs: np.ndarray, depth: int):
+    def _by_cosine(retriever, lex: LexicalIndex, queries: Sequence[str], vecs: np.ndarray, depth: int):
         """A BM25-only folder's dense ranking: per query, its BM25 top `depth` by cosine (one
-        encoder call for the whole batch's passages)."""
-        tops = [[int(lex.keys[r]) for r in top_rows(s, depth)] for s in scores]
+        encoder call for the whole batch's passages). `_rank` scores BM25 again, query by query:
+        a corpus-long score array per query is not kept for the batch (4 MB each on a million
+        chunks), and the encoding here costs far more than the second scoring."""
+        tops = [[key for key, _ in row] for row in lex.search(queries, depth)]
         keys = list(dict.fromkeys(key for top in tops for key in top))
         texts = retriever.passages(keys)
         keys = [key for key in keys if key in texts]
@@ -93,10 +93,11 @@ class HybridRetriever:
         return [sorted((Passage(key, *texts[key], score=float(rows[key] @ v)) for key in top if key in rows),
                        key=lambda p: -p.score) for top, v in zip(tops, vecs)]
 
-    def _rank(self, scores: list[np.ndarray], dense: list[list[Passage]], k: int, depth: int):
+    def _rank(self, query: str, dense: list[list[Passage]], k: int, depth: int):
         """(top k, each key's BM25, the folder of each BM25-only hit) for one query; a hit only BM25
         found is a bare key (no text, cosine NaN) until `_complete` fills it in."""
         by_cosine = sorted((p for rows in dense for p in rows), key=lambda p: -p.score)[:depth]
+        scores = [lex.scores(query) for _, lex in self.parts]  # every passage's BM25, per folder
         hits = sorted(self._bm25_hits(scores, depth if self.mode == HYBRID else k), key=lambda h: -h.bm25)[:depth]
         have = {p.key: p for p in by_cosine}
         lexical = [have.get(h.key) or Passage(h.key, "", "", float("nan")) for h in hits]
