@@ -171,7 +171,7 @@ def main(argv=None):
         models["mlx-q4"] = load_backbone(args.model, dtype="quantized", kernels=False)
     if args.llama_bench:
         peer = LlamaBench(args.llama_bench, path, args.threads, args.extra_bufts)
-        timed = lambda prompt, n: peer.round(prompt, n)  # noqa: E731
+        timed = peer.round
     else:
         if not args.extra_bufts:
             no_extra_bufts()
