@@ -125,6 +125,36 @@ def test_q4k_tiles_in_the_other_layout_keep_their_values_and_multiply_like_them(
     assert r.returncode == 0 and "1 passed" in r.stdout, f"layout {other}:\n{r.stdout[-3000:]}{r.stderr[-2000:]}"
 
 
+def test_q6k_rows_on_the_other_kernel_multiply_like_the_dequantized_matrix():
+    """AVX512-VNNI builds hold two Q6_K kernels (the 512-bit one by default, the AVX2 one on
+    TARG_MLX_Q6K_KERNEL=avx2), a process runs one: the matmul and batch tests run again in a
+    process that asks for the other. Elsewhere there is one kernel and nothing to compare."""
+    if native.module().simd() != "avx512-vnni":
+        pytest.skip(f"one Q6_K kernel in this build ({native.q6k_kernel()})")
+    other = "avx2" if native.q6k_kernel() == "avx512-vnni" else "vnni"
+    tests = [f"{__file__}::test_kqlinear_matches_the_dequantized_matmul",
+             f"{__file__}::test_kqlinear_rows_do_not_depend_on_the_batch",
+             f"{__file__}::test_the_q6k_kernel_asked_for_is_the_one_running"]
+    cache = Path(native.module().__file__).parents[2]
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
+                       env={**os.environ, "TARG_MLX_Q6K_KERNEL": other, "TARG_MLX_CACHE": str(cache)},
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and " passed" in r.stdout and "skipped" not in r.stdout, \
+        f"kernel {other}:\n{r.stdout[-3000:]}{r.stderr[-2000:]}"
+
+
+def test_the_q6k_kernel_asked_for_is_the_one_running():
+    flag = os.environ.get("TARG_MLX_Q6K_KERNEL")
+    want = {"avx2": "avx2", "vnni": "avx512-vnni"}.get(flag or "")
+    assert want is None or native.q6k_kernel() == want
+
+
+def test_a_q6k_kernel_flag_that_is_neither_kernel_is_a_one_line_error(monkeypatch):
+    monkeypatch.setenv("TARG_MLX_Q6K_KERNEL", "avx512")
+    with pytest.raises(ValueError, match="TARG_MLX_Q6K_KERNEL='avx512': use avx2 or vnni"):
+        native.q6k_kernel()
+
+
 def test_bad_blocks_are_one_line_errors(N):
     with pytest.raises(ValueError, match="type must be 12"):
         N.kqlinear(mx.zeros((1, 256)), mx.zeros((4, 144), dtype=mx.uint8), 13)

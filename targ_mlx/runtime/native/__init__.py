@@ -114,3 +114,14 @@ def q4k_layout() -> str:
         raise ValueError(f"TARG_MLX_Q4K_LAYOUT={flag!r}: use k4 or tiles, or leave it unset")
     mod = module()
     return mod.q4k_layout() if mod is not None else (flag or "k4")
+
+
+def q6k_kernel() -> str:
+    """The kernel that multiplies Q6_K rows in this process: "avx512-vnni" (64 weights a
+    register) where built, unless TARG_MLX_Q6K_KERNEL=avx2 asks for the 256-bit one (to time the
+    two against each other); "avx2" or "portable" elsewhere."""
+    flag = os.environ.get("TARG_MLX_Q6K_KERNEL", "")
+    if flag not in ("", "avx2", "vnni"):
+        raise ValueError(f"TARG_MLX_Q6K_KERNEL={flag!r}: use avx2 or vnni, or leave it unset")
+    mod = module()
+    return mod.q6k_kernel() if mod is not None else "unavailable"

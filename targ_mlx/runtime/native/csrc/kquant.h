@@ -17,11 +17,16 @@
 // and scale shuffles are paid once per 4 rows. Every (row, column) result is computed by the same
 // sequence of operations whatever the number of rows beside it, so a row's result does not
 // depend on the batch it is in (the skip == Never identity).
+//
+// AVX512-VNNI builds multiply Q6_K with 64 weights a register (q6k_row_vnni: vpmaddubsw, then
+// vpdpwssd by the sub-block scales; 1.27x the AVX2 kernel's rate at prefill on a Zen 4 EPYC,
+// BENCHMARKS.md "Where the 1.5B's prefill goes"); TARG_MLX_Q6K_KERNEL=avx2 runs the other.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -276,6 +281,55 @@ inline void q6k_row(const uint8_t* row, const Q8K& X, int m0, float* out) {
   }
   for (int m = 0; m < MR; m++) out[m] = khsum(facc[m]);
 }
+
+#if TARG_VNNI
+// Q6_K on AVX512-VNNI: 64 weights a register, two instructions per 64 products and row. A
+// super-block's ql (2 x 64 bytes) and qh (2 x 32) unpack to four registers holding its 256
+// values in k order: one ql load's low nibbles are k 0-63 of its half, its high nibbles k 64-127,
+// and qh's 2-bit fields for them sit at bits 0-1/4-5 (low 256 bits) and 2-3/6-7 (high 256 bits).
+// vpmaddubsw makes 16-bit pair sums (at most 2 x 63 x 127: exact) and vpdpwssd multiplies each
+// by its sub-block's scale (16-bit lanes 8j..8j+7 of chunk c take scale 4c + j) into int32:
+// the AVX2 kernel's vpmaddubsw, vpmaddwd, vpaddd at twice the width, less one instruction.
+template <int MR>
+inline void q6k_row_vnni(const uint8_t* row, const Q8K& X, int m0, float* out) {
+  const int K = X.K, S = X.S;
+  const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+  const __m512i hshift = _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2);
+  __m512i sidx[4];  // 16-bit lane l of chunk c <- scale 4c + l / 8
+  for (int c = 0; c < 4; c++) {
+    alignas(64) int16_t ix[32];
+    for (int l = 0; l < 32; l++) ix[l] = (int16_t)(4 * c + l / 8);
+    sidx[c] = _mm512_load_si512(ix);
+  }
+  __m512 facc[MR];
+  for (int m = 0; m < MR; m++) facc[m] = _mm512_setzero_ps();
+  for (int s = 0; s < S; s++) {
+    const uint8_t* blk = row + (size_t)s * 210;
+    const uint8_t *ql = blk, *qh = blk + 128;
+    const float d = f16_at(blk + 208);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(blk + 192)));
+    __m512i w[4], sc[4];
+    for (int h = 0; h < 2; h++) {
+      const __m512i l = _mm512_loadu_si512(ql + 64 * h);
+      const __m512i hb = _mm512_srlv_epi64(_mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)(qh + 32 * h))), hshift);
+      w[2 * h] = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_and_si512(_mm512_slli_epi64(hb, 4), m30));
+      w[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi64(l, 4), m4), _mm512_and_si512(hb, m30));
+    }
+    for (int c = 0; c < 4; c++) sc[c] = _mm512_permutexvar_epi16(sidx[c], _mm512_castsi256_si512(sc16));
+    const __m256i sc32 = _mm256_slli_epi16(_mm256_sub_epi16(_mm256_setzero_si256(), sc16), 5);  // -32 * scale: |.| <= 4096
+    for (int m = 0; m < MR; m++) {
+      // values are q - 32: start at -32 * sum_j scale_j * (sum of x over sub-block j), exact
+      const __m256i bs = _mm256_loadu_si256((const __m256i*)(X.bsum + (size_t)(m0 + m) * (K / 16) + (size_t)s * 16));
+      __m512i acc = _mm512_zextsi256_si512(_mm256_madd_epi16(sc32, bs));
+      const int8_t* xq = X.q + (size_t)(m0 + m) * K + (size_t)s * QK;
+      for (int c = 0; c < 4; c++)
+        acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(w[c], _mm512_loadu_si512(xq + 64 * c)), sc[c]);
+      facc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_set1_ps(d * X.d[(size_t)(m0 + m) * S + s]), facc[m]);
+    }
+  }
+  for (int m = 0; m < MR; m++) out[m] = _mm512_reduce_add_ps(facc[m]);
+}
+#endif
 #else
 // Portable: the same integer sums per super-block and the same per-256 float fold.
 template <int MR>
@@ -328,13 +382,49 @@ inline void q6k_row(const uint8_t* row, const Q8K& X, int m0, float* out) {
 }
 #endif
 
+// Which Q6_K kernel runs (one process, one kernel): on AVX512-VNNI builds the 512-bit one unless
+// TARG_MLX_Q6K_KERNEL=avx2 asks for the other, to time one against the other on a machine.
+inline bool q6k_vnni() {
+#if TARG_VNNI
+  static const bool v = [] {
+    const char* e = std::getenv("TARG_MLX_Q6K_KERNEL");
+    return !(e && std::strcmp(e, "avx2") == 0);
+  }();
+  return v;
+#else
+  return false;
+#endif
+}
+
+inline const char* q6k_kernel_name() {
+#if defined(__AVX2__) && defined(__FMA__)
+  return q6k_vnni() ? "avx512-vnni" : "avx2";
+#else
+  return "portable";
+#endif
+}
+
 template <int MR>
 inline void krow(const KMat& W, int n, const Q8K& X, int m0, float* out) {
   if (W.type == kQ4K) q4k_row<MR>(W.row(n), X, m0, out);
+#if TARG_VNNI
+  else if (q6k_vnni()) q6k_row_vnni<MR>(W.row(n), X, m0, out);
+#endif
   else q6k_row<MR>(W.row(n), X, m0, out);
 }
 
-constexpr int kKRows = 4;  // activation rows sharing each unpacked weight row
+#ifndef TARG_KQ_ROWS
+#define TARG_KQ_ROWS 4
+#endif
+constexpr int kKRows = TARG_KQ_ROWS;  // activation rows sharing each unpacked weight row
+
+// mr (1..kKRows) rows at m against weight row n
+template <int MR = kKRows>
+inline void krows(const KMat& W, int n, const Q8K& X, int m, int mr, float* out) {
+  if constexpr (MR > 1)
+    if (mr < MR) return krows<MR - 1>(W, n, X, m, mr, out);
+  krow<MR>(W, n, X, m, out);
+}
 
 // Output columns [n0, n1) for all M rows. Activation rows go in blocks whose int8 values stay
 // in L2 while the weight rows pass over them; within a block, 16 weight rows at a time stay in
@@ -350,12 +440,7 @@ inline void kq_rows(const KMat& W, const Q8K& X, int M, int n0, int n1, float* y
       for (int m = mb; m < me; m += kKRows) {
         const int mr = std::min(kKRows, me - m);
         for (int n = nb; n < ne; n++) {
-          switch (mr) {
-            case 1: krow<1>(W, n, X, m, out); break;
-            case 2: krow<2>(W, n, X, m, out); break;
-            case 3: krow<3>(W, n, X, m, out); break;
-            default: krow<4>(W, n, X, m, out); break;
-          }
+          krows(W, n, X, m, mr, out);
           for (int i = 0; i < mr; i++) {
             float v = out[i];
             if (bias) v += bias[n];

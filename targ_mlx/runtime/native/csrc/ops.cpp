@@ -679,5 +679,8 @@ NB_MODULE(_targ_native, m) {
   m.def("simd", &simd_level);
   m.def("q4k_layout", [] { return std::string(targ::q4k_k4() ? "k4" : "tiles"); },
         "the nibble layout of Q4_K tiles in this process (gguf_blocks.q4k_tiles)");
+  m.def("q6k_kernel", [] {
+        return std::string(targ::q6k_kernel_name()); },
+        "the kernel that multiplies Q6_K rows in this process (kquant.h)");
   m.def("threads", [] { return targ::pool().size(); });
 }
