@@ -106,9 +106,9 @@ def status() -> str:
 
 
 def q4k_layout() -> str:
-    """The nibble layout of Q4_K tiles in this process: "k4" (csrc/k4tiles.h) everywhere but
-    AVX512-VNNI, whose tile kernel reads the plain "tiles" layout (pack.from_values), unless
-    TARG_MLX_Q4K_LAYOUT names one (to time the two kernels against each other)."""
+    """The nibble layout of Q4_K tiles in this process: "k4" (csrc/k4tiles.h), unless
+    TARG_MLX_Q4K_LAYOUT=tiles asks for the plain layout (pack.from_values) and its kernel, to
+    time the two against each other."""
     flag = os.environ.get("TARG_MLX_Q4K_LAYOUT", "")
     if flag not in ("", "k4", "tiles"):
         raise ValueError(f"TARG_MLX_Q4K_LAYOUT={flag!r}: use k4 or tiles, or leave it unset")

@@ -1,5 +1,7 @@
-// Q4_K tiles in the k4 layout, multiplied with llama.cpp's Q8_K activations (by default on
-// every build but AVX512-VNNI, whose tile kernel in qgemm.h reads the plain tile layout).
+// Q4_K tiles in the k4 layout, multiplied with llama.cpp's Q8_K activations: the default on
+// every build (AVX512-VNNI builds also hold the plain tile layout's kernel, qgemm.h, which
+// TARG_MLX_Q4K_LAYOUT=tiles runs; on a Zen 4 EPYC k4 runs 1.15-1.2x its rate at prefill and
+// 1.6-1.8x at 1 to 8 rows, BENCHMARKS.md "Where the 1.5B's prefill goes").
 //
 // The k4 layout: a tile's 16 columns and a group's 32 k are 256 bytes, four runs of 64; in run
 // j, byte 4c + i holds k = 8j + i of column c in its low nibble and k = 8j + 4 + i in its high
@@ -29,13 +31,9 @@
 namespace targ {
 
 // Whether Q4_K tiles are in the k4 layout in this process (gguf_blocks.q4k_tiles asks, via
-// q4k_layout()): by default on every build but AVX512-VNNI; TARG_MLX_Q4K_LAYOUT=k4 or =tiles
-// chooses (both kernels are in every build), to time one against the other on a machine.
-#if TARG_VNNI
-constexpr bool kQ4KTilesK4 = false;
-#else
+// q4k_layout()): by default yes; TARG_MLX_Q4K_LAYOUT=k4 or =tiles chooses (both kernels are in
+// every build), to time one against the other on a machine.
 constexpr bool kQ4KTilesK4 = true;
-#endif
 inline bool q4k_k4() {
   static const bool k4 = [] {
     const char* e = std::getenv("TARG_MLX_Q4K_LAYOUT");
@@ -170,9 +168,15 @@ inline void k4_block(const QMat& W, int t, int h0, const Q8K& X, int m0, float* 
 // AVX512-VNNI: a run's 64 bytes are the tile's 16 columns x 4 consecutive k, which is
 // vpdpbusd's operand as loaded, so one mask (or shift and mask) and one vpdpbusd per 4 k and
 // row give each column's group dot product in int32 (no byte shuffle: the plain layout needs a
-// vpermb per 64 bytes). The group's 6-bit scale is then one vpmulld; every integer sum is
+// vpermb per 64 bytes). The group's 6-bit scale is then one vpdpwssd; every integer sum is
 // exact, and the float fold per 256 is lane for lane the AVX2 kernel's, so both give the same
 // bits (bench_k4tiles checks it on a VNNI machine).
+inline __m512i bcast4(const int8_t* p) {  // 4 bytes into every 32-bit lane
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
 template <int R, bool PREFETCH>
 inline void k4_vnni(const QMat& W, int t, const Q8K& X, int m0, float* out) {
   const int K = W.K, G = K / QG, S = K / QK;
@@ -202,12 +206,14 @@ inline void k4_vnni(const QMat& W, int t, const Q8K& X, int m0, float* out) {
         w[2 * j + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);  // k = 8j + 4 .. 8j + 7
       }
       for (int r = 0; r < R; r++) {
-        int32_t xq[8];
-        std::memcpy(xq, xr[r] + g * QG, 32);
+        // 4 activation bytes broadcast straight from memory: copied to the stack first, GCC
+        // moved them through general registers (vpbroadcastd from a register takes a vector
+        // slot; from memory, only a load)
+        const int8_t* xq = xr[r] + g * QG;
         __m512i d0 = _mm512_setzero_si512(), d1 = _mm512_setzero_si512();  // two chains in flight
         for (int j = 0; j < 4; j++) {
-          d0 = _mm512_dpbusd_epi32(d0, w[2 * j], _mm512_set1_epi32(xq[2 * j]));
-          d1 = _mm512_dpbusd_epi32(d1, w[2 * j + 1], _mm512_set1_epi32(xq[2 * j + 1]));
+          d0 = _mm512_dpbusd_epi32(d0, w[2 * j], bcast4(xq + 8 * j));
+          d1 = _mm512_dpbusd_epi32(d1, w[2 * j + 1], bcast4(xq + 8 * j + 4));
         }
         // Each chain sums 16 products, |d| <= 16 * 15 * 127 = 30480: a 16-bit value. Both go in one
         // lane as a 16-bit pair (d0 low, d1 high) and vpdpwssd adds sc * d0 + sc * d1 to the

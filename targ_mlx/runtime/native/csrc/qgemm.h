@@ -10,7 +10,7 @@
 // does not depend on the batch it is in.
 //
 // 4-bit tiles hold two rows k per byte: byte (kp, lane) = q[2kp][lane] | q[2kp+1][lane] << 4.
-// Q4_K tiles on every build but AVX512-VNNI use another nibble order and kernel (k4tiles.h).
+// Q4_K tiles use another nibble order and kernel (k4tiles.h) unless TARG_MLX_Q4K_LAYOUT=tiles.
 #pragma once
 
 #include <algorithm>
