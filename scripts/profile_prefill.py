@@ -29,7 +29,9 @@ def _form(w) -> str:
     if isinstance(w, KBlocks):
         return {12: "Q4_K rows", 14: "Q6_K rows"}.get(int(w.qtype), f"type {w.qtype} rows")
     s = getattr(w, "scales", None)
-    return "Q4_K tiles" if s is not None and s.dtype == mx.uint8 else f"affine {w.bits}-bit tiles"
+    if s is not None and s.dtype == mx.uint8:
+        return "Q4_K tiles"
+    return "Q6_K tiles" if w.bits == 6 else f"affine {w.bits}-bit tiles"
 
 
 def profile(lm, tokens: mx.array, rounds: int) -> dict[str, list[float]]:

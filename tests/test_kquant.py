@@ -155,6 +155,61 @@ def test_a_q6k_kernel_flag_that_is_neither_kernel_is_a_one_line_error(monkeypatc
         native.q6k_kernel()
 
 
+needs_q6k_tiles = pytest.mark.skipif(native.module() is None or native.module().simd() != "avx512-vnni",
+                                     reason="Q6_K tiles have a kernel on AVX512-VNNI builds only")
+
+
+@needs_q6k_tiles
+@pytest.mark.parametrize("K", [256, 1536])
+def test_q6k_tiles_keep_the_blocks_values_and_multiply_like_them(N, K):
+    """Q6_K tiles (csrc/k6tiles.h) hold the file's values, scales and d in the file's bytes, and
+    multiply like the blocks they came from, rows independent of the batch."""
+    rng = np.random.default_rng(K)
+    blocks = random_blocks(rng, pack.Q6_K, 48, K)
+    W = deq(blocks, pack.Q6_K)
+    t = gguf_blocks.q6k_tiles(blocks)
+    assert t.kind == ("tiles", 6, False) and t.nbytes == blocks.nbytes
+    assert np.array_equal(np.array(pack.dequantize(t)), W)  # bit for bit gguf-py's (d * sc) * (q - 32)
+    x = rng.standard_normal((17, K)).astype(np.float32)
+    for M in (1, 2, 7, 8, 9, 17):  # fewer rows than a block, a block, and a remainder
+        assert rel_err(t.linear(N, mx.array(x[:M])), x[:M] @ W.T) < 0.03
+    bias, res = rng.standard_normal(48).astype(np.float32), rng.standard_normal((17, 48)).astype(np.float32)
+    full = np.array(t.linear(N, mx.array(x), bias=mx.array(bias), residual=mx.array(res)))
+    assert rel_err(full, x @ W.T + bias + res) < 0.03
+    for i in (0, 8, 16):  # each row alone gives its bits in the batch
+        alone = np.array(t.linear(N, mx.array(x[i : i + 1]), bias=mx.array(bias), residual=mx.array(res[i : i + 1])))
+        np.testing.assert_array_equal(alone[0], full[i])
+
+
+@needs_q6k_tiles
+def test_q6k_matrices_become_tiles_or_stay_rows_as_the_process_asks():
+    blocks = random_blocks(np.random.default_rng(3), pack.Q6_K, 32, 256)
+    w = gguf_blocks.kernel_weights(pack.Q6_K, blocks)
+    assert w.kind == (("tiles", 6, False) if native.q6k_layout() == "tiles" else ("kquant", pack.Q6_K))
+    assert gguf_blocks.kernel_weights(pack.Q6_K, blocks, embedding=True).kind == ("kquant", pack.Q6_K)  # looked up
+    flag = os.environ.get("TARG_MLX_Q6K_LAYOUT")
+    assert flag is None or native.q6k_layout() == flag
+
+
+@needs_q6k_tiles
+def test_a_model_with_q6k_in_rows_runs_as_with_tiles():
+    """The model test again in a process that keeps Q6_K in rows (TARG_MLX_Q6K_LAYOUT=rows)."""
+    other = "rows" if native.q6k_layout() == "tiles" else "tiles"
+    tests = [f"{__file__}::test_a_model_on_stored_blocks_matches_mlx_lm_and_keeps_rows_independent",
+             f"{__file__}::test_q6k_matrices_become_tiles_or_stay_rows_as_the_process_asks"]
+    cache = Path(native.module().__file__).parents[2]
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
+                       env={**os.environ, "TARG_MLX_Q6K_LAYOUT": other, "TARG_MLX_CACHE": str(cache)},
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "2 passed" in r.stdout, f"Q6_K {other}:\n{r.stdout[-3000:]}{r.stderr[-2000:]}"
+
+
+def test_a_q6k_layout_flag_that_is_neither_form_is_a_one_line_error(monkeypatch):
+    monkeypatch.setenv("TARG_MLX_Q6K_LAYOUT", "k6")
+    with pytest.raises(ValueError, match="TARG_MLX_Q6K_LAYOUT='k6': use rows or tiles"):
+        native.q6k_layout()
+
+
 def test_bad_blocks_are_one_line_errors(N):
     with pytest.raises(ValueError, match="type must be 12"):
         N.kqlinear(mx.zeros((1, 256)), mx.zeros((4, 144), dtype=mx.uint8), 13)
@@ -193,9 +248,11 @@ def tiny_qwen(rng):
 def test_a_model_on_stored_blocks_matches_mlx_lm_and_keeps_rows_independent(N):
     model, stored, raw = tiny_qwen(np.random.default_rng(0))
     lm = NativeLM.build(model, N, stored)
-    assert [p.kind for p in lm.layers[0].qkv] == [("tiles", 4, True), ("kquant", pack.Q6_K)]  # q|k fused, v apart
+    v_kind = ("tiles", 6, False) if native.q6k_layout() == "tiles" else ("kquant", pack.Q6_K)
+    assert [p.kind for p in lm.layers[0].qkv] == [("tiles", 4, True), v_kind]  # q|k fused, v apart
     assert [p.kind for p in lm.layers[0].gate_up] == [("tiles", 4, True)]
-    assert isinstance(lm.embed, KBlocks) and isinstance(lm.head_w, KBlocks) and isinstance(lm.layers[1].down, KBlocks)
+    assert isinstance(lm.embed, KBlocks)  # an embedding is looked up: it stays in rows
+    assert {lm.head_w.kind, lm.layers[1].down.kind} == {v_kind}
     file_bytes = sum(b.nbytes for _, b in raw.values())
     assert file_bytes < lm.nbytes < 1.02 * file_bytes  # Q4_K tiles: 4.625 bits a weight, the file's 4.5
     tokens = mx.array(np.random.default_rng(1).integers(0, 320, (3, 12)), dtype=mx.int32)

@@ -164,7 +164,7 @@ def test_bad_inputs_are_one_line_errors(N):
     P = pack.from_float(mx.random.normal((16, 64)))
     with pytest.raises(ValueError, match="last dimension is 32, the weights expect 64"):
         N.qlinear(mx.zeros((1, 32)), *P.args())
-    with pytest.raises(ValueError, match="bits must be 4 or 8"):
+    with pytest.raises(ValueError, match="bits must be 4, 6 or 8"):
         N.qlinear(mx.zeros((1, 64)), P.q, P.scales, P.biases, 3)
     with pytest.raises(ValueError, match="K divisible by 32 and N by 16"):
         pack.from_float(mx.zeros((16, 40)))

@@ -186,6 +186,33 @@ def q4k_tiles(blocks: np.ndarray):
     return Packed(q, mx.array(pair(sc, mn)), mx.array(pair(d, dmin)), 4)
 
 
+def q6k_tiles(blocks: np.ndarray):
+    """GGUF Q6_K blocks (N, K/256 * 210) -> 16-column tiles of the same values, scales and d
+    (csrc/k6tiles.h): 6 bits a value, an int8 scale per column and 16 k, a float16 d per column
+    and 256: 6.5625 bits a weight, as the file."""
+    import mlx.core as mx
+
+    from targ_mlx.runtime.native.pack import NT, Packed, k6_bytes
+
+    n = blocks.shape[0]
+    b = np.ascontiguousarray(blocks, dtype=np.uint8).reshape(-1, 210)
+    k = b.shape[0] // n * 256
+    if n % NT:
+        raise ValueError(f"the CPU kernels need N divisible by {NT}, got N={n}")
+    ql, qh = b[:, :128], b[:, 128:192]
+    # value e = 128 h + 32 t + i of a block: nibble t // 2 of ql[64 h + 32 (t % 2) + i], bits 2t of qh[32 h + i]
+    lo = (ql.reshape(-1, 2, 1, 64) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)) & 0x0F  # (block, h, t // 2, 64)
+    hi = (qh.reshape(-1, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)) & 0x03  # (block, h, t, 32)
+    vals = (lo.reshape(-1, 2, 4, 32) | (hi << 4)).reshape(n, k)
+    sc = b[:, 192:208].view(np.int8).reshape(n, k // 16)
+    d = np.ascontiguousarray(b[:, 208:210]).view(np.float16).reshape(n, k // 256)
+
+    def tiled(a):  # (N, m) -> per tile, m rows of 16 columns: rows of tile t = tile t
+        return np.ascontiguousarray(a.reshape(n // NT, NT, -1).transpose(0, 2, 1)).reshape(n, -1)
+
+    return Packed(mx.array(k6_bytes(vals)), mx.array(tiled(sc)), mx.array(tiled(d)), 6)
+
+
 def kernel_weights(qtype: int, blocks: np.ndarray, embedding: bool = False):
     """The kernels' form of a matrix of GGUF K-quant blocks (BENCHMARKS.md, "K-quant blocks"):
     Q6_K as the file stores it (csrc/kquant.h: 6.56 bits a weight instead of 9 in 8-bit tiles,
@@ -198,4 +225,9 @@ def kernel_weights(qtype: int, blocks: np.ndarray, embedding: bool = False):
 
     if qtype == T.Q4_K and not embedding and blocks.shape[0] % NT == 0:
         return q4k_tiles(blocks)
+    if qtype == T.Q6_K and not embedding and blocks.shape[0] % NT == 0:
+        from targ_mlx.runtime.native import q6k_layout
+
+        if q6k_layout() == "tiles":
+            return q6k_tiles(blocks)
     return KBlocks(mx.array(blocks), int(qtype))

@@ -54,12 +54,12 @@ def stored_weights(path: str) -> dict:
 
 def entry_dir(path: str) -> Path:
     from targ_mlx.runtime.gguf import SCALE_DTYPE
-    from targ_mlx.runtime.native import q4k_layout
+    from targ_mlx.runtime.native import q4k_layout, q6k_layout
 
     st = os.stat(path)
-    # the Q4_K tiles' nibble layout depends on the build (csrc/k4tiles.h)
+    # the Q4_K tiles' nibble layout and the Q6_K form depend on the build (csrc/k4tiles.h, k6tiles.h)
     key = (f"{os.path.abspath(path)}|{st.st_size}|{st.st_mtime_ns}|{FORMAT}|{SCALE_DTYPE}|{sorted(_as_stored())}"
-           f"|{q4k_layout()}")
+           f"|{q4k_layout()}" + ("|q6k-tiles" if q6k_layout() == "tiles" else ""))
     name = f"{Path(path).stem}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
     return default_cache_path() / "repack" / name
 

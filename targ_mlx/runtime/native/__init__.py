@@ -125,3 +125,14 @@ def q6k_kernel() -> str:
         raise ValueError(f"TARG_MLX_Q6K_KERNEL={flag!r}: use avx2 or vnni, or leave it unset")
     mod = module()
     return mod.q6k_kernel() if mod is not None else "unavailable"
+
+
+def q6k_layout() -> str:
+    """The form of Q6_K matrices in this process: "tiles" (csrc/k6tiles.h) on AVX512-VNNI builds,
+    where their kernel is, "rows" as the file stores them (csrc/kquant.h) elsewhere or when
+    TARG_MLX_Q6K_LAYOUT=rows asks (to time the two against each other)."""
+    flag = os.environ.get("TARG_MLX_Q6K_LAYOUT", "")
+    if flag not in ("", "rows", "tiles"):
+        raise ValueError(f"TARG_MLX_Q6K_LAYOUT={flag!r}: use rows or tiles, or leave it unset")
+    mod = module()
+    return mod.q6k_layout() if mod is not None else "rows"

@@ -249,7 +249,8 @@ class NativeLM:
             if f"{name}.q" not in arrays:
                 return None
             q, s = arrays[f"{name}.q"], arrays[f"{name}.scales"]
-            bits = 4 if s.dtype == mx.uint8 else int(q.shape[1]) * 8 // (int(s.shape[1]) * pack.QG)  # Q4_K tiles: 4
+            # Q4_K tiles: uint8 scales, 4 bits; Q6_K tiles: int8 scales, 6 bits; affine: from the shapes
+            bits = 4 if s.dtype == mx.uint8 else 6 if s.dtype == mx.int8 else int(q.shape[1]) * 8 // (int(s.shape[1]) * pack.QG)
             return Packed(q, s, arrays[f"{name}.biases"], bits)
 
         layers = []

@@ -50,6 +50,11 @@ class Packed:
     def kind(self) -> tuple:
         return ("tiles", self.bits, self.kscale)
 
+    @property
+    def k6(self) -> bool:
+        """Q6_K tiles: int8 scales per 16, float16 d per 256 (`gguf_blocks.q6k_tiles`)."""
+        return self.bits == 6
+
     def linear(self, ops, x: mx.array, bias: mx.array | None = None, residual: mx.array | None = None) -> mx.array:
         return ops.qlinear(x, *self.args(), bias=bias, residual=residual)
 
@@ -178,10 +183,33 @@ def _k4(p: Packed) -> bool:
     return q4k_layout() == "k4"
 
 
+def k6_bytes(vals: np.ndarray) -> np.ndarray:
+    """(N, K) values 0..63 -> Q6_K tiles' bytes (csrc/k6tiles.h): per tile and group, the low 4
+    bits in the k4 layout (256 bytes), then two planes of 64 bytes for the high 2 bits; in plane h,
+    byte 4c + i holds at bits 2o, 2o + 1 those of k = 16h + 4o + i of column c."""
+    n, k = vals.shape
+    v = vals.astype(np.uint8)
+    lo = k4_nibbles(v & 0x0F).reshape(n // NT, k // QG, 256)
+    hi = (v >> 4).reshape(n // NT, NT, k // QG, 2, 4, 4)  # (tile, c, group, h, o, i)
+    planes = np.zeros((n // NT, k // QG, 2, NT, 4), np.uint8)
+    for o in range(4):
+        planes |= hi[:, :, :, :, o, :].transpose(0, 2, 3, 1, 4) << (2 * o)
+    out = np.concatenate([lo, planes.reshape(n // NT, k // QG, 128)], axis=2)
+    return np.ascontiguousarray(out).reshape(n, k * 6 // 8)
+
+
 def to_values(p: Packed) -> np.ndarray:
     """Packed -> (N, K) unsigned values (the inverse of the layout; for tests and concatenation)."""
     n, k = p.shape
     g = k // QG
+    if p.k6:
+        b = np.asarray(p.q).reshape(n // NT, g, 384)
+        lo = b[:, :, :256].reshape(n // NT, g, 4, NT, 4)  # (tile, group, j, c, i)
+        lo = np.stack([lo & 0x0F, lo >> 4], axis=3).transpose(0, 4, 1, 2, 3, 5).reshape(n, k)
+        pl = b[:, :, 256:].reshape(n // NT, g, 2, NT, 4)  # (tile, group, h, c, i)
+        hi = np.stack([(pl >> (2 * o)) & 3 for o in range(4)], axis=3)  # (tile, group, h, o, c, i)
+        hi = hi.transpose(0, 4, 1, 2, 3, 5).reshape(n, k)
+        return lo | (hi << 4)
     if _k4(p):
         b = np.asarray(p.q).reshape(n // NT, g, 4, NT, 4)  # (tile, group, j, c, i)
         v = np.stack([b & 0x0F, b >> 4], axis=3)  # (tile, group, j, half, c, i)
@@ -211,7 +239,14 @@ def scales_biases(p: Packed) -> tuple[np.ndarray, np.ndarray]:
 
 
 def dequantize(p: Packed) -> mx.array:
-    """The float32 matrix a Packed stands for."""
+    """The float32 matrix a Packed stands for (Q6_K tiles: as gguf-py computes it, (d * sc) * (q - 32))."""
+    if p.k6:
+        n, k = p.shape
+        sc = np.asarray(p.scales).reshape(n // NT, k // 16, NT).transpose(0, 2, 1).reshape(n, k // 16)
+        d = np.asarray(p.biases).reshape(n // NT, k // 256, NT).transpose(0, 2, 1).reshape(n, k // 256)
+        ds = np.repeat(d.astype(np.float32), 16, axis=1) * sc.astype(np.float32)
+        q = to_values(p).astype(np.int16) - 32
+        return mx.array((np.repeat(ds, 16, axis=1) * q.astype(np.float32)).astype(np.float32))
     s, b = scales_biases(p)
     vals = to_values(p).astype(np.float32)
     return mx.array(vals * np.repeat(s, QG, axis=1) + np.repeat(b, QG, axis=1))

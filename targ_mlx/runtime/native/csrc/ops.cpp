@@ -22,6 +22,7 @@
 
 #include "bert.h"
 #include "k4tiles.h"
+#include "k6tiles.h"
 #include "kquant.h"
 #include "layers.h"
 #include "qgemm.h"
@@ -72,12 +73,20 @@ targ::QMat qmat(const array& q, const array& scales, const array& biases, int bi
 }
 
 void check_packed(const array& q, const array& scales, const array& biases, int bits, const char* op) {
-  if (bits != 4 && bits != 8) throw std::invalid_argument(std::string(op) + ": bits must be 4 or 8");
+  if (bits != 4 && bits != 6 && bits != 8) throw std::invalid_argument(std::string(op) + ": bits must be 4, 6 or 8");
   if (q.dtype() != mx::uint8 || q.ndim() != 2)
     throw std::invalid_argument(std::string(op) + ": packed weights must be a 2-D uint8 array (targ_mlx.native.pack)");
   int K = q.shape(1) * 8 / bits;
   if (K % targ::QG || q.shape(0) % targ::NT)
     throw std::invalid_argument(std::string(op) + ": K must be a multiple of 32 and N of 16");
+  if (bits == 6 || scales.dtype() == mx::int8) {  // Q6_K tiles (k6tiles.h)
+    if (!targ::kQ6KTiles) throw std::invalid_argument(std::string(op) + ": Q6_K tiles run on AVX512-VNNI builds only");
+    if (bits != 6 || K % 256 || scales.dtype() != mx::int8 || biases.dtype() != mx::float16 || scales.ndim() != 2 ||
+        biases.ndim() != 2 || scales.shape(0) != q.shape(0) || scales.shape(1) != K / 16 || biases.shape(0) != q.shape(0) ||
+        biases.shape(1) != K / 256)
+      throw std::invalid_argument(std::string(op) + ": Q6_K tiles need 6 bits, int8 scales (N, K/16) and float16 d (N, K/256)");
+    return;
+  }
   if (scales.dtype() == mx::uint8) {  // Q4_K tiles (qgemm.h, group_affine)
     if (bits != 4 || K % 256 || biases.dtype() != mx::float16 || scales.ndim() != 2 || biases.ndim() != 2 ||
         scales.shape(0) != q.shape(0) || scales.shape(1) != 2 * (K / targ::QG) || biases.shape(0) != q.shape(0) ||
@@ -147,7 +156,8 @@ class QLinear : public mx::Primitive {
         targ::kqgemm(W, xp, (int)(x.size() / W.K), out.data<float>(), W.N, res, bias);
       } else {
         targ::QMat W = qmat(ins[1], ins[2], ins[3], form);
-        if (W.k4) targ::k4gemm(W, xp, (int)(x.size() / W.K), out.data<float>(), W.N, res, bias);
+        if (W.bits == 6) targ::k6gemm(W, xp, (int)(x.size() / W.K), out.data<float>(), W.N, res, bias);
+        else if (W.k4) targ::k4gemm(W, xp, (int)(x.size() / W.K), out.data<float>(), W.N, res, bias);
         else targ::qgemm(W, xp, (int)(x.size() / W.K), out.data<float>(), W.N, res, bias);
       }
     });
@@ -391,6 +401,7 @@ array embed_node(const array& ids, int K, std::vector<array> weights, int form) 
 
 array op_embed(const array& ids, const array& q, const array& scales, const array& biases, int bits) {
   check_packed(q, scales, biases, bits, "embed");
+  if (bits == 6) throw std::invalid_argument("embed: Q6_K tiles are not looked up (an embedding stays in rows)");
   return embed_node(ids, q.shape(1) * 8 / bits, {q, scales, biases}, bits);
 }
 
@@ -682,5 +693,7 @@ NB_MODULE(_targ_native, m) {
   m.def("q6k_kernel", [] {
         return std::string(targ::q6k_kernel_name()); },
         "the kernel that multiplies Q6_K rows in this process (kquant.h)");
+  m.def("q6k_layout", [] { return std::string(targ::q6k_tiles_on() ? "tiles" : "rows"); },
+        "the form of Q6_K matrices in this process (gguf_blocks.kernel_weights)");
   m.def("threads", [] { return targ::pool().size(); });
 }
