@@ -56,28 +56,25 @@ def profile(lm, tokens: mx.array, rounds: int) -> dict[str, list[float]]:
         cos, sin = N.rope_table(pos, lm.inv_freq, B, L, lm.rope_scale)
         mx.eval(cos, sin)
         for i, (layer, c) in enumerate(zip(lm.layers, cache)):
+
+            def fused(name, parts, inp, bias):  # q|k|v or gate|up, each stored form timed apart
+                outs = []
+                for j, p in enumerate(parts):
+                    outs.append(timed((i, f"{name}.{j}|{_form(p)}"), lambda p=p: p.linear(N, inp)))
+                    if r == 0:
+                        macs[_form(p)] += B * L * p.shape[0] * p.shape[1]
+                y = mx.concatenate(outs, axis=-1) if len(outs) > 1 else outs[0]
+                return timed((i, f"{name} concat|concat + bias"), lambda: y if bias is None else y + bias)
+
             xn = timed((i, "rms_norm"), lambda: N.rms_norm(x, layer.norm_in, lm.eps))
-            parts = []
-            for j, p in enumerate(layer.qkv):
-                parts.append(timed((i, f"qkv.{j}|{_form(p)}"), lambda p=p: p.linear(N, xn)))
-                if r == 0:
-                    macs[_form(p)] += B * L * p.shape[0] * p.shape[1]
-            qkv = mx.concatenate(parts, axis=-1) if len(parts) > 1 else parts[0]
-            if layer.qkv_bias is not None:
-                qkv = qkv + layer.qkv_bias
-            qkv = timed((i, "concat + bias"), lambda: qkv)
+            qkv = fused("qkv", layer.qkv, xn, layer.qkv_bias)
             q, k, v = timed((i, "rope_split"), lambda: N.rope_split(qkv, cos, sin, lm.n_heads, lm.n_kv_heads,
                                                                      lm.head_dim, lm.traditional))
             keys, values = c.update_and_fetch(k, v)
             a = timed((i, "attention"), lambda: N.attention(q, keys, values, lm.scale, None, 0))
             h = timed((i, f"o|{_form(layer.o)}"), lambda: layer.o.linear(N, a, bias=layer.o_bias, residual=x))
             hn = timed((i, "rms_norm"), lambda: N.rms_norm(h, layer.norm_post, lm.eps))
-            gus = []
-            for j, p in enumerate(layer.gate_up):
-                gus.append(timed((i, f"gate_up.{j}|{_form(p)}"), lambda p=p: p.linear(N, hn)))
-                if r == 0:
-                    macs[_form(p)] += B * L * p.shape[0] * p.shape[1]
-            gu = gus[0] if len(gus) == 1 else mx.concatenate(gus, axis=-1)
+            gu = fused("gate_up", layer.gate_up, hn, layer.gate_up_bias)
             s = timed((i, "swiglu"), lambda: N.swiglu(gu))
             x = timed((i, f"down|{_form(layer.down)}"), lambda: layer.down.linear(N, s, bias=layer.down_bias,
                                                                                    residual=h))

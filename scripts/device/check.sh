@@ -1,7 +1,7 @@
 #!/bin/bash
 # On a lent GPU machine (no network), from the repo root, with DIR from prepare.sh carried:
 # (1) the mlx[cuda] path: scripts/check_gpu.py on stand-in GGUFs, and `targ ask` end to end on the
-# GPU; (2) the CPU kernels on 2 of its cores: bench_k4tiles per matrix (each Q4_K kernel, and the
+# GPU; (2) the CPU kernels on 2 of its cores: bench_k4tiles and bench_k6tiles per matrix (each Q4_K kernel, and the
 # VNNI kernel on the k4 layout against its AVX2 kernel to the bit), test_kquant under each Q4_K
 # layout, and bench_backbone against llama.cpp's llama-bench built there, whole model, each
 # layout (against llama.cpp's repacked buffers where they run, MAPPED=1: as mapped). SKIP_GPU=1,
@@ -59,6 +59,8 @@ export TARG_MLX_THREADS=2 OPENBLAS_NUM_THREADS=2 OMP_NUM_THREADS=2
     scripts/bench_k4tiles.cpp -o /tmp/bk4-$rows -lpthread; done
   for shape in "17920 1536 256" "3584 1536 256" "1536 8960 256" "17920 1536 8" "17920 1536 1"; do
     for rows in 4 8; do echo "VNNI rows $rows:"; taskset -c $CPUS /tmp/bk4-$rows $shape 20; done; done
+  g++ -std=gnu++20 -O3 -march=native -I$R/targ_mlx/runtime/native/csrc scripts/bench_k6tiles.cpp -o /tmp/bk6 -lpthread
+  for shape in "1536 8960 256" "256 1536 256" "1536 8960 8" "1536 8960 1"; do taskset -c $CPUS /tmp/bk6 $shape 10; done
   el "test_kquant, each layout"
   for layout in k4 tiles; do TARG_MLX_Q4K_LAYOUT=$layout env $CPU_ENV timeout 120 python3 -X faulthandler -m pytest -q \
     -p no:cacheprovider tests/test_kquant.py > $O/test_kquant_$layout.txt 2>&1; echo "test_kquant $layout rc $?"; done; } > $O/cpu.txt 2>&1

@@ -216,9 +216,10 @@ def q6k_tiles(blocks: np.ndarray):
 def kernel_weights(qtype: int, blocks: np.ndarray, embedding: bool = False):
     """The kernels' form of a matrix of GGUF K-quant blocks (BENCHMARKS.md, "K-quant blocks"):
     Q6_K as the file stores it (csrc/kquant.h: 6.56 bits a weight instead of 9 in 8-bit tiles,
-    and faster products); Q4_K in 4-bit tiles that keep its 6-bit scales and mins (4.625 bits a
-    weight, the file's 4.5; tiles multiply faster than its rows); an embedding as stored (its
-    rows are only looked up)."""
+    and faster products), or on AVX512-VNNI builds in 16-column tiles of the same bits
+    (`q6k_tiles`, `native.q6k_layout()`); Q4_K in 4-bit tiles that keep its 6-bit scales and
+    mins (4.625 bits a weight, the file's 4.5; tiles multiply faster than its rows); an
+    embedding as stored (its rows are only looked up)."""
     import mlx.core as mx
 
     from targ_mlx.runtime.native.pack import NT, KBlocks

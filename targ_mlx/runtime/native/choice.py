@@ -11,6 +11,8 @@ keeps whichever gives the lower cost of a typical answer. The result is saved be
 from __future__ import annotations
 
 import json
+import os
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -117,7 +119,9 @@ def load_or_measure(ops, path: Path) -> Choice:
     except (OSError, ValueError, KeyError, TypeError):
         pass
     choice = measure(ops)
-    tmp = path.with_suffix(".tmp")
+    # a name of its own: two processes that first use a new build at once both measure, and a
+    # shared temporary file was moved away under the second ("No such file" on its replace)
+    tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
     tmp.write_text(json.dumps(asdict(choice), indent=1))
     tmp.replace(path)
     return choice

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "kquant.h"
 #include "qgemm.h"
@@ -294,6 +295,42 @@ inline void k4_vnni_rows(const QMat& W, int t, const Q8K& X, int m, int rows, fl
 }
 #endif
 
+#if TARG_VNNI
+// Tiles [t0, t1) for all M rows by a VNNI tile kernel that takes up to RB rows against a whole
+// tile (rows_of(std::bool_constant<PREFETCH>, W, t, X, m, rows, acc)): rows in blocks whose int8
+// activations stay in L2; up to 8 rows the weights still come from memory, so they are
+// prefetched. Q4_K (k4_vnni) and Q6_K (k6tiles.h) tiles both run through it.
+template <int RB, class RowsOf>
+inline void vnni_tiles(const QMat& W, const Q8K& X, int M, int t0, int t1, float* y, int ldy, const float* residual,
+                       const float* bias, RowsOf rows_of) {
+  alignas(64) float acc[RB * NT];
+  const bool stream = M <= 8;
+  const int MB = std::max(RB, (256 * 1024 / W.K) / RB * RB);
+  for (int mb = 0; mb < M; mb += MB) {
+    const int me = std::min(M, mb + MB);
+    for (int t = t0; t < t1; t++) {
+      for (int m = mb; m < me; m += RB) {
+        const int rows = std::min(RB, me - m);
+        if (stream) rows_of(std::true_type{}, W, t, X, m, rows, acc);
+        else rows_of(std::false_type{}, W, t, X, m, rows, acc);
+        for (int r = 0; r < rows; r++) finish(acc + r * NT, m + r, t * NT, NT, y, ldy, residual, bias);
+      }
+    }
+  }
+}
+#endif
+
+// y (M x N, row stride ldy) = x (M x K) W^T [+ bias] [+ residual] by a tile driver over Q8_K
+// activations (tiles(X, t0, t1) does tiles [t0, t1)), both cores taking tiles.
+template <class Tiles>
+inline void q8k_tile_gemm(const QMat& W, const float* x, int M, Tiles tiles) {
+  if (M <= 0) return;  // the row kernels always read at least one row
+  const Q8K X = quantize_q8k_scratch(x, M, W.K);
+  auto body = [&](int a, int b) { tiles(X, a, b); };
+  if ((long)M * W.N * W.K < (1 << 18)) body(0, W.N / NT);
+  else parallel_range(W.N / NT, 4, 4, body);
+}
+
 // Tiles [t0, t1) for all M rows. Up to 2 rows (a decode step): both halves of a tile at once,
 // streaming each weight once with prefetch. More: rows in blocks whose int8 activations stay in
 // L2, 4 rows at a time over each half-tile in L1; up to 8 rows (the variance gate's) the weights
@@ -314,19 +351,10 @@ inline void k4_tiles(const QMat& W, const Q8K& X, int M, int t0, int t1, float* 
   };
 #if TARG_VNNI
   if constexpr (VNNI) {
-    const bool stream = M <= 8;
-    const int MB = std::max(RB, (256 * 1024 / W.K) / RB * RB);
-    for (int mb = 0; mb < M; mb += MB) {
-      const int me = std::min(M, mb + MB);
-      for (int t = t0; t < t1; t++) {
-        for (int m = mb; m < me; m += RB) {
-          const int rows = std::min(RB, me - m);
-          if (stream) k4_vnni_rows<true>(W, t, X, m, rows, acc);
-          else k4_vnni_rows<false>(W, t, X, m, rows, acc);
-          emit(m, rows, t);
-        }
-      }
-    }
+    vnni_tiles<RB>(W, X, M, t0, t1, y, ldy, residual, bias, [](auto prefetch, const QMat& W, int t, const Q8K& X, int m,
+                                                               int rows, float* acc) {
+      k4_vnni_rows<decltype(prefetch)::value>(W, t, X, m, rows, acc);
+    });
     return;
   }
 #endif
@@ -357,11 +385,7 @@ inline void k4_tiles(const QMat& W, const Q8K& X, int M, int t0, int t1, float* 
 // y (M x N, row stride ldy) = x (M x K) W^T [+ bias] [+ residual] for Q4_K tiles in the k4 layout.
 template <bool VNNI = kK4Vnni>
 inline void k4gemm(const QMat& W, const float* x, int M, float* y, int ldy, const float* residual, const float* bias) {
-  if (M <= 0) return;  // the row kernels always read at least one row
-  const Q8K X = quantize_q8k_scratch(x, M, W.K);
-  auto body = [&](int a, int b) { k4_tiles<VNNI>(W, X, M, a, b, y, ldy, residual, bias); };
-  if ((long)M * W.N * W.K < (1 << 18)) body(0, W.N / NT);
-  else parallel_range(W.N / NT, 4, 4, body);
+  q8k_tile_gemm(W, x, M, [&](const Q8K& X, int a, int b) { k4_tiles<VNNI>(W, X, M, a, b, y, ldy, residual, bias); });
 }
 
 }  // namespace targ

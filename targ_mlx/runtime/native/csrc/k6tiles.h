@@ -117,33 +117,14 @@ inline void k6_vnni_rows(const QMat& W, int t, const Q8K& X, int m, int rows, fl
   k6_vnni<RB, PREFETCH>(W, t, X, m, acc);
 }
 
-// Tiles [t0, t1) for all M rows: rows in blocks whose int8 activations stay in L2, kK6Rows at a
-// time over each tile; up to 8 rows the weights come from memory, so they are prefetched.
-inline void k6_tiles(const QMat& W, const Q8K& X, int M, int t0, int t1, float* y, int ldy, const float* residual,
-                     const float* bias) {
-  alignas(64) float acc[kK6Rows * NT];
-  const bool stream = M <= 8;
-  const int MB = std::max(kK6Rows, (256 * 1024 / W.K) / kK6Rows * kK6Rows);
-  for (int mb = 0; mb < M; mb += MB) {
-    const int me = std::min(M, mb + MB);
-    for (int t = t0; t < t1; t++) {
-      for (int m = mb; m < me; m += kK6Rows) {
-        const int rows = std::min(kK6Rows, me - m);
-        if (stream) k6_vnni_rows<kK6Rows, true>(W, t, X, m, rows, acc);
-        else k6_vnni_rows<kK6Rows, false>(W, t, X, m, rows, acc);
-        for (int r = 0; r < rows; r++) finish(acc + r * NT, m + r, t * NT, NT, y, ldy, residual, bias);
-      }
-    }
-  }
-}
-
 // y (M x N, row stride ldy) = x (M x K) W^T [+ bias] [+ residual] for Q6_K tiles.
 inline void k6gemm(const QMat& W, const float* x, int M, float* y, int ldy, const float* residual, const float* bias) {
-  if (M <= 0) return;
-  const Q8K X = quantize_q8k_scratch(x, M, W.K);
-  auto body = [&](int a, int b) { k6_tiles(W, X, M, a, b, y, ldy, residual, bias); };
-  if ((long)M * W.N * W.K < (1 << 18)) body(0, W.N / NT);
-  else parallel_range(W.N / NT, 4, 4, body);
+  q8k_tile_gemm(W, x, M, [&](const Q8K& X, int a, int b) {
+    vnni_tiles<kK6Rows>(W, X, M, a, b, y, ldy, residual, bias, [](auto prefetch, const QMat& W, int t, const Q8K& X,
+                                                                   int m, int rows, float* acc) {
+      k6_vnni_rows<kK6Rows, decltype(prefetch)::value>(W, t, X, m, rows, acc);
+    });
+  });
 }
 constexpr bool kQ6KTiles = true;
 #else

@@ -18,9 +18,11 @@
 // sequence of operations whatever the number of rows beside it, so a row's result does not
 // depend on the batch it is in (the skip == Never identity).
 //
-// AVX512-VNNI builds multiply Q6_K with 64 weights a register (q6k_row_vnni: vpmaddubsw, then
-// vpdpwssd by the sub-block scales; 1.27x the AVX2 kernel's rate at prefill on a Zen 4 EPYC,
-// BENCHMARKS.md "Where the 1.5B's prefill goes"); TARG_MLX_Q6K_KERNEL=avx2 runs the other.
+// AVX512-VNNI builds multiply Q6_K rows with 64 weights a register (q6k_row_vnni: vpmaddubsw,
+// then vpdpwssd by the sub-block scales; 1.27x the AVX2 kernel's rate at prefill on a Zen 4 EPYC,
+// BENCHMARKS.md "Where the 1.5B's prefill goes"; TARG_MLX_Q6K_KERNEL=avx2 runs the other), but
+// there a Q6_K matrix is kept in 16-column tiles by default (k6tiles.h, 1.6-2.2x these rows), so
+// rows serve embeddings and TARG_MLX_Q6K_LAYOUT=rows.
 #pragma once
 
 #include <algorithm>
