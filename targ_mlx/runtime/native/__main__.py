@@ -46,6 +46,9 @@ def _run(args: argparse.Namespace) -> int:
             choice_path(mod).unlink(missing_ok=True)
     native.ops()
     print(f"kernels: {native.status()}\nmodule: {module_path()}")
+    if native.module() is not None:  # which K-quant forms and kernels this process's flags pick
+        print(f"K-quant forms: Q4_K tiles in the {native.q4k_layout()} layout; Q6_K in {native.q6k_layout()}"
+              f" ({native.q6k_kernel()} row kernel)")
     return 0
 
 
