@@ -105,13 +105,20 @@ def status() -> str:
     return _STATUS
 
 
+def _choice_flag(name: str, choices: tuple[str, str]) -> str:
+    """A flag that picks one of two kernels or forms ("" when unset), checked before the kernels
+    read it (they take any other value as unset)."""
+    flag = os.environ.get(name, "")
+    if flag not in ("", *choices):
+        raise ValueError(f"{name}={flag!r}: use {choices[0]} or {choices[1]}, or leave it unset")
+    return flag
+
+
 def q4k_layout() -> str:
     """The nibble layout of Q4_K tiles in this process: "k4" (csrc/k4tiles.h), unless
     TARG_MLX_Q4K_LAYOUT=tiles asks for the plain layout (pack.from_values) and its kernel, to
     time the two against each other."""
-    flag = os.environ.get("TARG_MLX_Q4K_LAYOUT", "")
-    if flag not in ("", "k4", "tiles"):
-        raise ValueError(f"TARG_MLX_Q4K_LAYOUT={flag!r}: use k4 or tiles, or leave it unset")
+    flag = _choice_flag("TARG_MLX_Q4K_LAYOUT", ("k4", "tiles"))
     mod = module()
     return mod.q4k_layout() if mod is not None else (flag or "k4")
 
@@ -120,9 +127,7 @@ def q6k_kernel() -> str:
     """The kernel that multiplies Q6_K rows in this process: "avx512-vnni" (64 weights a
     register) where built, unless TARG_MLX_Q6K_KERNEL=avx2 asks for the 256-bit one (to time the
     two against each other); "avx2" or "portable" elsewhere."""
-    flag = os.environ.get("TARG_MLX_Q6K_KERNEL", "")
-    if flag not in ("", "avx2", "vnni"):
-        raise ValueError(f"TARG_MLX_Q6K_KERNEL={flag!r}: use avx2 or vnni, or leave it unset")
+    _choice_flag("TARG_MLX_Q6K_KERNEL", ("avx2", "vnni"))
     mod = module()
     return mod.q6k_kernel() if mod is not None else "unavailable"
 
@@ -131,8 +136,6 @@ def q6k_layout() -> str:
     """The form of Q6_K matrices in this process: "tiles" (csrc/k6tiles.h) on AVX512-VNNI builds,
     where their kernel is, "rows" as the file stores them (csrc/kquant.h) elsewhere or when
     TARG_MLX_Q6K_LAYOUT=rows asks (to time the two against each other)."""
-    flag = os.environ.get("TARG_MLX_Q6K_LAYOUT", "")
-    if flag not in ("", "rows", "tiles"):
-        raise ValueError(f"TARG_MLX_Q6K_LAYOUT={flag!r}: use rows or tiles, or leave it unset")
+    _choice_flag("TARG_MLX_Q6K_LAYOUT", ("rows", "tiles"))
     mod = module()
     return mod.q6k_layout() if mod is not None else "rows"

@@ -22,7 +22,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
@@ -36,12 +35,7 @@ namespace targ {
 // every build), to time one against the other on a machine.
 constexpr bool kQ4KTilesK4 = true;
 inline bool q4k_k4() {
-  static const bool k4 = [] {
-    const char* e = std::getenv("TARG_MLX_Q4K_LAYOUT");
-    if (e && std::strcmp(e, "k4") == 0) return true;
-    if (e && std::strcmp(e, "tiles") == 0) return false;
-    return kQ4KTilesK4;  // unset (native.q4k_layout() rejects other values before any weights exist)
-  }();
+  static const bool k4 = env_is("TARG_MLX_Q4K_LAYOUT", "k4") || (kQ4KTilesK4 && !env_is("TARG_MLX_Q4K_LAYOUT", "tiles"));
   return k4;
 }
 

@@ -140,11 +140,7 @@ inline void k6gemm(const QMat&, const float*, int, float*, int, const float*, co
 // q6k_layout()): by default where the tile kernel is built (AVX512-VNNI); TARG_MLX_Q6K_LAYOUT=rows
 // keeps them as stored, to time one against the other.
 inline bool q6k_tiles_on() {
-  static const bool on = [] {
-    const char* e = std::getenv("TARG_MLX_Q6K_LAYOUT");
-    if (e && std::strcmp(e, "rows") == 0) return false;
-    return kQ6KTiles;
-  }();
+  static const bool on = kQ6KTiles && !env_is("TARG_MLX_Q6K_LAYOUT", "rows");
   return on;
 }
 

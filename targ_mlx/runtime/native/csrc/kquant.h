@@ -28,7 +28,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -388,10 +387,7 @@ inline void q6k_row(const uint8_t* row, const Q8K& X, int m0, float* out) {
 // TARG_MLX_Q6K_KERNEL=avx2 asks for the other, to time one against the other on a machine.
 inline bool q6k_vnni() {
 #if TARG_VNNI
-  static const bool v = [] {
-    const char* e = std::getenv("TARG_MLX_Q6K_KERNEL");
-    return !(e && std::strcmp(e, "avx2") == 0);
-  }();
+  static const bool v = !env_is("TARG_MLX_Q6K_KERNEL", "avx2");
   return v;
 #else
   return false;

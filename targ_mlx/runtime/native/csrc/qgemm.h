@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -35,6 +36,14 @@ namespace targ {
 constexpr int QG = 32;  // group size along K
 constexpr int NT = 16;  // output columns per tile
 constexpr int kPrefetch = 4;  // groups ahead in each weight stream (fused and int8 kernels)
+
+// Whether the kernel-choice flag `name` (TARG_MLX_Q4K_LAYOUT, TARG_MLX_Q6K_LAYOUT,
+// TARG_MLX_Q6K_KERNEL) is `value`; native/__init__.py rejects values that are neither choice
+// before any weights exist, so anything else here means unset.
+inline bool env_is(const char* name, const char* value) {
+  const char* e = std::getenv(name);
+  return e && std::strcmp(e, value) == 0;
+}
 
 struct QMat {
   const uint8_t* q;    // tiles of NT columns, see above
