@@ -23,7 +23,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <type_traits>
 
 #include "kquant.h"
 #include "qgemm.h"
@@ -253,12 +252,7 @@ constexpr int kK4Rows = 4;  // activation rows sharing each weight load at prefi
 // 1..kK4Rows rows at m over half h of tile t.
 template <bool PREFETCH>
 inline void k4_rows(const QMat& W, int t, int h, const Q8K& X, int m, int rows, float* acc) {
-  switch (rows) {
-    case 1: k4_block<1, 1, PREFETCH>(W, t, h, X, m, acc); break;
-    case 2: k4_block<2, 1, PREFETCH>(W, t, h, X, m, acc); break;
-    case 3: k4_block<3, 1, PREFETCH>(W, t, h, X, m, acc); break;
-    default: k4_block<4, 1, PREFETCH>(W, t, h, X, m, acc); break;
-  }
+  with_rows<kK4Rows>(rows, [&](auto r) { k4_block<decltype(r)::value, 1, PREFETCH>(W, t, h, X, m, acc); });
 }
 
 #if TARG_VNNI
@@ -272,30 +266,16 @@ constexpr int kK4VnniRows = TARG_K4_VNNI_ROWS;
 // 1..kK4VnniRows rows at m over all 16 columns of tile t.
 template <bool PREFETCH>
 inline void k4_vnni_rows(const QMat& W, int t, const Q8K& X, int m, int rows, float* acc) {
-  switch (rows) {
-    case 1: k4_vnni<1, PREFETCH>(W, t, X, m, acc); break;
-    case 2: k4_vnni<2, PREFETCH>(W, t, X, m, acc); break;
-    case 3: k4_vnni<3, PREFETCH>(W, t, X, m, acc); break;
-    case 4: k4_vnni<4, PREFETCH>(W, t, X, m, acc); break;
-#if TARG_K4_VNNI_ROWS > 4
-    case 5: k4_vnni<5, PREFETCH>(W, t, X, m, acc); break;
-    case 6: k4_vnni<6, PREFETCH>(W, t, X, m, acc); break;
-    case 7: k4_vnni<7, PREFETCH>(W, t, X, m, acc); break;
-    default: k4_vnni<8, PREFETCH>(W, t, X, m, acc); break;
-#else
-    default: k4_vnni<4, PREFETCH>(W, t, X, m, acc); break;
-#endif
-  }
+  with_rows<kK4VnniRows>(rows, [&](auto r) { k4_vnni<decltype(r)::value, PREFETCH>(W, t, X, m, acc); });
 }
 #endif
 
-#if TARG_VNNI
-// Tiles [t0, t1) for all M rows by a VNNI tile kernel that takes up to RB rows against a whole
-// tile (rows_of(std::bool_constant<PREFETCH>, W, t, X, m, rows, acc)): rows in blocks whose int8
+// Tiles [t0, t1) for all M rows by a tile kernel that takes up to RB rows against a whole tile
+// (rows_of(std::bool_constant<PREFETCH>, W, t, X, m, rows, acc)): rows in blocks whose int8
 // activations stay in L2; up to 8 rows the weights still come from memory, so they are
-// prefetched. Q4_K (k4_vnni) and Q6_K (k6tiles.h) tiles both run through it.
+// prefetched. Q4_K tiles (k4_vnni; k4_block by halves) and Q6_K tiles (k6tiles.h) run through it.
 template <int RB, class RowsOf>
-inline void vnni_tiles(const QMat& W, const Q8K& X, int M, int t0, int t1, float* y, int ldy, const float* residual,
+inline void tile_blocks(const QMat& W, const Q8K& X, int M, int t0, int t1, float* y, int ldy, const float* residual,
                        const float* bias, RowsOf rows_of) {
   alignas(64) float acc[RB * NT];
   const bool stream = M <= 8;
@@ -312,7 +292,6 @@ inline void vnni_tiles(const QMat& W, const Q8K& X, int M, int t0, int t1, float
     }
   }
 }
-#endif
 
 // y (M x N, row stride ldy) = x (M x K) W^T [+ bias] [+ residual] by a tile driver over Q8_K
 // activations (tiles(X, t0, t1) does tiles [t0, t1)), both cores taking tiles.
@@ -333,47 +312,29 @@ inline void q8k_tile_gemm(const QMat& W, const float* x, int M, Tiles tiles) {
 template <bool VNNI = kK4Vnni>
 inline void k4_tiles(const QMat& W, const Q8K& X, int M, int t0, int t1, float* y, int ldy, const float* residual,
                      const float* bias) {
-  constexpr int RB = [] {
-#if TARG_VNNI
-    if (VNNI) return kK4VnniRows;
-#endif
-    return kK4Rows;
-  }();
-  alignas(64) float acc[RB * NT];
-  auto emit = [&](int m, int rows, int t) {
-    for (int r = 0; r < rows; r++) finish(acc + r * NT, m + r, t * NT, NT, y, ldy, residual, bias);
-  };
 #if TARG_VNNI
   if constexpr (VNNI) {
-    vnni_tiles<RB>(W, X, M, t0, t1, y, ldy, residual, bias, [](auto prefetch, const QMat& W, int t, const Q8K& X, int m,
-                                                               int rows, float* acc) {
+    tile_blocks<kK4VnniRows>(W, X, M, t0, t1, y, ldy, residual, bias, [](auto prefetch, const QMat& W, int t,
+                                                                       const Q8K& X, int m, int rows, float* acc) {
       k4_vnni_rows<decltype(prefetch)::value>(W, t, X, m, rows, acc);
     });
     return;
   }
 #endif
   if (M <= 2) {
+    alignas(64) float acc[2 * NT];
     for (int t = t0; t < t1; t++) {
       if (M == 1) k4_block<1, 2, true>(W, t, 0, X, 0, acc);
       else k4_block<2, 2, true>(W, t, 0, X, 0, acc);
-      emit(0, M, t);
+      for (int r = 0; r < M; r++) finish(acc + r * NT, r, t * NT, NT, y, ldy, residual, bias);
     }
     return;
   }
-  const bool stream = M <= 8;
-  const int MB = std::max(kK4Rows, (256 * 1024 / W.K) / kK4Rows * kK4Rows);
-  for (int mb = 0; mb < M; mb += MB) {
-    const int me = std::min(M, mb + MB);
-    for (int t = t0; t < t1; t++) {
-      for (int m = mb; m < me; m += kK4Rows) {
-        const int rows = std::min(kK4Rows, me - m);
-        if (stream) k4_rows<true>(W, t, 0, X, m, rows, acc);
-        else k4_rows<false>(W, t, 0, X, m, rows, acc);
-        k4_rows<false>(W, t, 1, X, m, rows, acc);
-        emit(m, rows, t);
-      }
-    }
-  }
+  tile_blocks<kK4Rows>(W, X, M, t0, t1, y, ldy, residual, bias, [](auto prefetch, const QMat& W, int t, const Q8K& X,
+                                                                   int m, int rows, float* acc) {
+    k4_rows<decltype(prefetch)::value>(W, t, 0, X, m, rows, acc);  // the first half streams the weights
+    k4_rows<false>(W, t, 1, X, m, rows, acc);
+  });
 }
 
 // y (M x N, row stride ldy) = x (M x K) W^T [+ bias] [+ residual] for Q4_K tiles in the k4 layout.

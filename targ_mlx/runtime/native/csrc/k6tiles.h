@@ -112,19 +112,12 @@ inline void k6_vnni(const QMat& W, int t, const Q8K& X, int m0, float* out) {
 // where 4 ran 1.6x / 1.8x (bench_k6tiles -DTARG_K6_ROWS=4, Zen 4, the same half hour)
 constexpr int kK6Rows = TARG_K6_ROWS;
 
-template <int RB = kK6Rows, bool PREFETCH>
-inline void k6_vnni_rows(const QMat& W, int t, const Q8K& X, int m, int rows, float* acc) {
-  if constexpr (RB > 1)
-    if (rows < RB) return k6_vnni_rows<RB - 1, PREFETCH>(W, t, X, m, rows, acc);
-  k6_vnni<RB, PREFETCH>(W, t, X, m, acc);
-}
-
 // y (M x N, row stride ldy) = x (M x K) W^T [+ bias] [+ residual] for Q6_K tiles.
 inline void k6gemm(const QMat& W, const float* x, int M, float* y, int ldy, const float* residual, const float* bias) {
   q8k_tile_gemm(W, x, M, [&](const Q8K& X, int a, int b) {
-    vnni_tiles<kK6Rows>(W, X, M, a, b, y, ldy, residual, bias, [](auto prefetch, const QMat& W, int t, const Q8K& X,
-                                                                   int m, int rows, float* acc) {
-      k6_vnni_rows<kK6Rows, decltype(prefetch)::value>(W, t, X, m, rows, acc);
+    tile_blocks<kK6Rows>(W, X, M, a, b, y, ldy, residual, bias, [](auto prefetch, const QMat& W, int t, const Q8K& X,
+                                                                    int m, int rows, float* acc) {
+      with_rows<kK6Rows>(rows, [&](auto r) { k6_vnni<decltype(r)::value, decltype(prefetch)::value>(W, t, X, m, acc); });
     });
   });
 }

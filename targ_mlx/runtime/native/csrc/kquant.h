@@ -416,14 +416,6 @@ inline void krow(const KMat& W, int n, const Q8K& X, int m0, float* out) {
 #endif
 constexpr int kKRows = TARG_KQ_ROWS;  // activation rows sharing each unpacked weight row
 
-// mr (1..kKRows) rows at m against weight row n
-template <int MR = kKRows>
-inline void krows(const KMat& W, int n, const Q8K& X, int m, int mr, float* out) {
-  if constexpr (MR > 1)
-    if (mr < MR) return krows<MR - 1>(W, n, X, m, mr, out);
-  krow<MR>(W, n, X, m, out);
-}
-
 // Output columns [n0, n1) for all M rows. Activation rows go in blocks whose int8 values stay
 // in L2 while the weight rows pass over them; within a block, 16 weight rows at a time stay in
 // L1 while every group of 4 activation rows takes them.
@@ -438,7 +430,7 @@ inline void kq_rows(const KMat& W, const Q8K& X, int M, int n0, int n1, float* y
       for (int m = mb; m < me; m += kKRows) {
         const int mr = std::min(kKRows, me - m);
         for (int n = nb; n < ne; n++) {
-          krows(W, n, X, m, mr, out);
+          with_rows<kKRows>(mr, [&](auto r) { krow<decltype(r)::value>(W, n, X, m, out); });
           for (int i = 0; i < mr; i++) {
             float v = out[i];
             if (bias) v += bias[n];

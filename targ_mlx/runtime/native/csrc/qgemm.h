@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "pool.h"
@@ -36,6 +37,15 @@ namespace targ {
 constexpr int QG = 32;  // group size along K
 constexpr int NT = 16;  // output columns per tile
 constexpr int kPrefetch = 4;  // groups ahead in each weight stream (fused and int8 kernels)
+
+// f(std::integral_constant<int, R>{}) with R = rows (1..RB): a block's row count, known at run
+// time, as the template argument of a kernel that keeps each row's sums in registers.
+template <int RB, class F>
+inline void with_rows(int rows, F f) {
+  if constexpr (RB > 1)
+    if (rows < RB) return with_rows<RB - 1>(rows, f);
+  f(std::integral_constant<int, RB>{});
+}
 
 // Whether the kernel-choice flag `name` (TARG_MLX_Q4K_LAYOUT, TARG_MLX_Q6K_LAYOUT,
 // TARG_MLX_Q6K_KERNEL) is `value`; native/__init__.py rejects values that are neither choice
