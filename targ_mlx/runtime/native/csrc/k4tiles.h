@@ -171,10 +171,20 @@ inline __m512i bcast4(const int8_t* p) {  // 4 bytes into every 32-bit lane
   return _mm512_set1_epi32(v);
 }
 
+// A group's 256 bytes in the k4 layout -> 8 vpdpbusd operands, w[o] = k 4o .. 4o + 3 of the
+// tile's 16 columns (Q4_K's values; Q6_K's low 4 bits, k6tiles.h).
+inline void k4_operands(const uint8_t* grp, __m512i* w) {
+  const __m512i low = _mm512_set1_epi8(0x0f);
+  for (int j = 0; j < 4; j++) {
+    const __m512i v = _mm512_loadu_si512(grp + 64 * j);
+    w[2 * j] = _mm512_and_si512(v, low);                          // k = 8j .. 8j + 3
+    w[2 * j + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);  // k = 8j + 4 .. 8j + 7
+  }
+}
+
 template <int R, bool PREFETCH>
 inline void k4_vnni(const QMat& W, int t, const Q8K& X, int m0, float* out) {
   const int K = W.K, G = K / QG, S = K / QK;
-  const __m512i low = _mm512_set1_epi8(0x0f);
   const uint8_t* tile = W.q + (size_t)t * W.tile_bytes();
   const uint8_t* smt = (const uint8_t*)W.scales + (size_t)t * G * 2 * NT;  // per group: 16 scales, 16 mins
   const int8_t* xr[R];
@@ -194,11 +204,7 @@ inline void k4_vnni(const QMat& W, int t, const Q8K& X, int m0, float* out) {
       const __m512i sc = _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(smt + (size_t)g * 2 * NT))),
                                             _mm512_set1_epi32(0x10001));
       __m512i w[8];
-      for (int j = 0; j < 4; j++) {
-        const __m512i v = _mm512_loadu_si512(grp + 64 * j);
-        w[2 * j] = _mm512_and_si512(v, low);                          // k = 8j .. 8j + 3
-        w[2 * j + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);  // k = 8j + 4 .. 8j + 7
-      }
+      k4_operands(grp, w);
       for (int r = 0; r < R; r++) {
         // 4 activation bytes broadcast straight from memory: copied to the stack first, GCC
         // moved them through general registers (vpbroadcastd from a register takes a vector

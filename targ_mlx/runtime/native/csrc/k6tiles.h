@@ -37,7 +37,7 @@ constexpr int kK6GroupBytes = 384;  // QG x NT x 6 bits
 template <int R, bool PREFETCH>
 inline void k6_vnni(const QMat& W, int t, const Q8K& X, int m0, float* out) {
   const int K = W.K, G = K / QG, S = K / QK;
-  const __m512i low = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+  const __m512i m30 = _mm512_set1_epi8(0x30);
   const uint8_t* tile = W.q + (size_t)t * W.tile_bytes();
   const int8_t* sct = (const int8_t*)W.scales + (size_t)t * G * 2 * NT;
   const uint16_t* dt = (const uint16_t*)W.biases + (size_t)t * S * NT;
@@ -55,11 +55,7 @@ inline void k6_vnni(const QMat& W, int t, const Q8K& X, int m0, float* out) {
         for (int c = 0; c < kK6GroupBytes; c += 64) _mm_prefetch(ahead + c, _MM_HINT_T0);
       }
       __m512i w[8];  // operand o: k = 4o .. 4o + 3 of the group, 16 columns
-      for (int j = 0; j < 4; j++) {
-        const __m512i v = _mm512_loadu_si512(grp + 64 * j);
-        w[2 * j] = _mm512_and_si512(v, low);
-        w[2 * j + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
-      }
+      k4_operands(grp, w);
       for (int h = 0; h < 2; h++) {
         const __m512i hb = _mm512_loadu_si512(grp + 256 + 64 * h);
         w[4 * h] = _mm512_or_si512(w[4 * h], _mm512_and_si512(_mm512_slli_epi16(hb, 4), m30));
