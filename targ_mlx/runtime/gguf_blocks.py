@@ -99,13 +99,21 @@ def _q45k(b: np.ndarray, qtype: T) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
     return q.reshape(-1, GROUP), (d * sc).reshape(-1, 1), (-dmin * mn).reshape(-1, 1), bits
 
 
+def _q6k_values(b: np.ndarray) -> np.ndarray:
+    """Q6_K super-blocks (n, 210) -> their 256 unsigned 6-bit values each (n, 256), in k order:
+    value e = 128 h + 32 t + i is nibble t // 2 of ql[64 h + 32 (t % 2) + i] with bits 2t of
+    qh[32 h + i] above it."""
+    ql, qh = b[:, :128], b[:, 128:192]
+    lo = (ql.reshape(-1, 2, 1, 64) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)) & 0x0F  # (block, h, t // 2, 64)
+    hi = (qh.reshape(-1, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)) & 0x03  # (block, h, t, 32)
+    return (lo.reshape(-1, 2, 4, 32) | (hi << 4)).reshape(-1, 256)
+
+
 def _q6k(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Q6_K super-blocks of 256 (16 sub-blocks of 16) -> 8 groups of 32 at 8 bits (see module doc)."""
     n = b.shape[0]
-    ql, qh, sc, d = b[:, :128], b[:, 128:192], b[:, 192:208].view(np.int8), _f16(b[:, 208:210])
-    lo = (ql.reshape(n, -1, 1, 64) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)) & 0x0F
-    hi = (qh.reshape(n, -1, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)) & 0x03
-    q = (lo.reshape(n, -1, 32) | (hi.reshape(n, -1, 32) << 4)).astype(np.float32) - 32  # (n, 8, 32)
+    sc, d = b[:, 192:208].view(np.int8), _f16(b[:, 208:210])
+    q = _q6k_values(b).reshape(n, 8, 32).astype(np.float32) - 32
     s = sc.astype(np.float32).reshape(n, 8, 2)  # the two sub-block scales of each group
     big = np.take_along_axis(s, np.abs(s).argmax(-1)[..., None], -1)  # (n, 8, 1), signed
     # In units of step = d*|big|/4, sub-block j's values are q * 4 * s_j / |big|: integers for
@@ -192,25 +200,17 @@ def q6k_tiles(blocks: np.ndarray):
     and 256: 6.5625 bits a weight, as the file."""
     import mlx.core as mx
 
-    from targ_mlx.runtime.native.pack import NT, Packed, k6_bytes
+    from targ_mlx.runtime.native.pack import NT, Packed, k6_bytes, tile_rows
 
     n = blocks.shape[0]
     b = np.ascontiguousarray(blocks, dtype=np.uint8).reshape(-1, 210)
     k = b.shape[0] // n * 256
     if n % NT:
         raise ValueError(f"the CPU kernels need N divisible by {NT}, got N={n}")
-    ql, qh = b[:, :128], b[:, 128:192]
-    # value e = 128 h + 32 t + i of a block: nibble t // 2 of ql[64 h + 32 (t % 2) + i], bits 2t of qh[32 h + i]
-    lo = (ql.reshape(-1, 2, 1, 64) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)) & 0x0F  # (block, h, t // 2, 64)
-    hi = (qh.reshape(-1, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)) & 0x03  # (block, h, t, 32)
-    vals = (lo.reshape(-1, 2, 4, 32) | (hi << 4)).reshape(n, k)
+    vals = _q6k_values(b).reshape(n, k)
     sc = b[:, 192:208].view(np.int8).reshape(n, k // 16)
     d = np.ascontiguousarray(b[:, 208:210]).view(np.float16).reshape(n, k // 256)
-
-    def tiled(a):  # (N, m) -> per tile, m rows of 16 columns: rows of tile t = tile t
-        return np.ascontiguousarray(a.reshape(n // NT, NT, -1).transpose(0, 2, 1)).reshape(n, -1)
-
-    return Packed(mx.array(k6_bytes(vals)), mx.array(tiled(sc)), mx.array(tiled(d)), 6)
+    return Packed(mx.array(k6_bytes(vals)), mx.array(tile_rows(sc)), mx.array(tile_rows(d)), 6)
 
 
 def kernel_weights(qtype: int, blocks: np.ndarray, embedding: bool = False):

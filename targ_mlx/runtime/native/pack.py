@@ -127,11 +127,7 @@ def from_values(vals: np.ndarray, scales: np.ndarray, biases: np.ndarray, bits: 
         v = v[:, :, 0::2, :] | (v[:, :, 1::2, :] << 4)
     q = np.ascontiguousarray(v, dtype=np.uint8).reshape(n, k * bits // 8)
     dt = np.float16 if scales.dtype == np.float16 and biases.dtype == np.float16 else np.float32
-
-    def tiled(a):
-        return np.ascontiguousarray(a.reshape(n // NT, NT, g).transpose(0, 2, 1), dtype=dt).reshape(n, g)
-
-    return Packed(mx.array(q), mx.array(tiled(scales)), mx.array(tiled(biases)), bits)
+    return Packed(mx.array(q), mx.array(tile_rows(scales.astype(dt))), mx.array(tile_rows(biases.astype(dt))), bits)
 
 
 def from_quantized(w: mx.array, scales: mx.array, biases: mx.array, bits: int, group_size: int) -> Packed:
@@ -160,6 +156,13 @@ def from_float(w: mx.array, bits: int = 8) -> Packed:
     safe = np.where(scale > 0, scale, 1.0)
     q = np.clip(np.rint((g - lo[..., None]) / safe[..., None]), 0, levels).astype(np.uint8).reshape(n, k)
     return from_values(q, scale.astype(np.float32), lo.astype(np.float32), bits)
+
+
+def tile_rows(a: np.ndarray) -> np.ndarray:
+    """(N, m) per-column values -> tile order: per tile of 16 columns, m rows of 16, so rows
+    16t .. 16t + 15 of the result are tile t's (the inverse of `_untile`)."""
+    n = a.shape[0]
+    return np.ascontiguousarray(a.reshape(n // NT, NT, -1).transpose(0, 2, 1)).reshape(n, -1)
 
 
 def _untile(a: np.ndarray, n: int, g: int) -> np.ndarray:
@@ -242,8 +245,7 @@ def dequantize(p: Packed) -> mx.array:
     """The float32 matrix a Packed stands for (Q6_K tiles: as gguf-py computes it, (d * sc) * (q - 32))."""
     if p.k6:
         n, k = p.shape
-        sc = np.asarray(p.scales).reshape(n // NT, k // 16, NT).transpose(0, 2, 1).reshape(n, k // 16)
-        d = np.asarray(p.biases).reshape(n // NT, k // 256, NT).transpose(0, 2, 1).reshape(n, k // 256)
+        sc, d = _untile(np.asarray(p.scales), n, k // 16), _untile(np.asarray(p.biases), n, k // 256)
         ds = np.repeat(d.astype(np.float32), 16, axis=1) * sc.astype(np.float32)
         q = to_values(p).astype(np.int16) - 32
         return mx.array((np.repeat(ds, 16, axis=1) * q.astype(np.float32)).astype(np.float32))
