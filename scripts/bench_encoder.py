@@ -8,11 +8,13 @@ chunks/s per run, the median and the ratio to `torch` are reported. Variants:
   mlx          the mlx backend, in a process with OpenBLAS bound for MLX (as every entry point is)
   torch        sentence-transformers in a process of its own, nothing else loaded (its best case)
   torch-bound  torch in a process where OpenBLAS is bound for MLX, as inside `targ ask` and the app
+  torch-bf16   torch with bfloat16 matrix products (autocast), bound as index builds are
   onnx-int8    the int8 ONNX backend
 
 Agreement: recall@5 of each other backend's top 5 against float32 torch's top 5 for NQ-Open dev
 questions over the first `--passages` chunks of the same corpus, exact (brute-force) search, so
-only the encoders differ.
+only the encoders differ; also with float32 queries over each backend's passage vectors (an index
+it built, searched by the default float32 encoder).
 
     python scripts/bench_encoder.py --chunks 256 --reps 3 --variants mlx,torch,torch-bound --passages 3000 \
         --questions 1000 --output-dir runs/bench_encoder_mlx
@@ -35,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 NQ_DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "qa" / "nq_open_dev.jsonl"
-VARIANTS = ("mlx", "torch", "torch-bound", "onnx-int8")
+VARIANTS = ("mlx", "torch", "torch-bound", "torch-bf16", "onnx-int8")
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
@@ -53,7 +55,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
 
 
 def machine() -> dict:
-    flags = sorted(set(re.findall(r"\b(avx512[a-z_]*|avx2|fma|avx_vnni)\b", Path("/proc/cpuinfo").read_text())))
+    flags = sorted(set(re.findall(r"\b(avx512[a-z0-9_]*|amx[a-z0-9_]*|avx2|fma|avx_vnni)\b", Path("/proc/cpuinfo").read_text())))
     model = re.search(r"model name\s*:\s*(.*)", Path("/proc/cpuinfo").read_text())
     return {"cpu": model.group(1) if model else platform.processor(), "cores": os.cpu_count(), "flags": flags,
             "python": platform.python_version(), "load_avg_1m": os.getloadavg()[0],
@@ -123,15 +125,18 @@ def agreement(backends: list[str], n: int, questions: list[str], k: int = 5) -> 
     titles, texts = [c.title for c in cs], [c.text for c in cs]
     ref_enc = load_encoder(backend="torch")
     ref = ref_enc.encode_passages(titles, texts)
-    top_ref = np.argsort(-(ref_enc.encode_queries(questions) @ ref.T), axis=1)[:, :k]
+    ref_queries = ref_enc.encode_queries(questions)
+    top_ref = np.argsort(-(ref_queries @ ref.T), axis=1)[:, :k]
     out = {}
     for b in backends:
         enc = load_encoder(backend=b)
         vecs = enc.encode_passages(titles, texts)
         out[b] = {"passages": n, "questions": len(questions),
                   **agreement_with(top_ref, enc.encode_queries(questions), vecs, ref, k),
-                  "max_abs_diff": float(np.abs(ref - vecs).max())}
-        print(f"  {b:10} recall@{k} {out[b][f'recall@{k}']:.4f}, top-1 {out[b]['top1_agreement']:.3f}, "
+                  "max_abs_diff": float(np.abs(ref - vecs).max()),
+                  f"recall@{k}_float32_queries": agreement_with(top_ref, ref_queries, vecs, ref, k)[f"recall@{k}"]}
+        print(f"  {b:10} recall@{k} {out[b][f'recall@{k}']:.4f} (float32 queries "
+              f"{out[b][f'recall@{k}_float32_queries']:.4f}), top-1 {out[b]['top1_agreement']:.3f}, "
               f"cosine min {out[b]['passage_cosine_min']:.6f}, max |diff| {out[b]['max_abs_diff']:.2e}", flush=True)
     return out
 

@@ -6,6 +6,13 @@ from targ_mlx import bind_openblas
 
 bind_openblas()  # before any test module imports mlx.core, as the entry points do
 
+# Index builds encode in float32 on every CPU here, so that tests comparing stored cosines with
+# search-time ones hold to f16 rounding whichever CPU runs them; where a CPU multiplies bfloat16,
+# builds outside the tests use torch-bf16, which tests/test_index_encoder.py exercises by name.
+import os as _os
+
+_os.environ["TARG_MLX_ENCODER_BF16"] = "0"
+
 
 @pytest.fixture(scope="session")
 def _session_cache(tmp_path_factory):

@@ -204,7 +204,7 @@ def test_documents_changed_between_attempts_reuse_the_partials_vectors(gold_rows
     encodes only the new chunks, taking the others' vectors from the old partial, and ends equal
     to a clean build of the folder as it now is."""
     from targ_mlx.index import load_encoder
-    from targ_mlx.index.encoder import DEFAULT_ENCODER, canonical_name, default_backend
+    from targ_mlx.index.encoder import DEFAULT_ENCODER, canonical_name, build_backend
 
     folder, rows = notes_folder
     out = tmp_path / "idx"
@@ -225,7 +225,7 @@ def test_documents_changed_between_attempts_reuse_the_partials_vectors(gold_rows
     (folder / "lecture.md").write_text(gold_rows(7)[6]["passages"][0]["text"], encoding="utf-8")
     (folder / "new.md").write_text(gold_rows(8)[7]["passages"][0]["text"], encoding="utf-8")
     name = canonical_name(DEFAULT_ENCODER)
-    enc = load_encoder(name, backend=default_backend(name))  # the build's own (cached) encoder
+    enc = load_encoder(name, backend=build_backend(name))  # the build's own (cached) encoder
     encoded = []
     real = enc.encode_passages
     # a counting spy around the real encoder (it still encodes): which chunks were not reused

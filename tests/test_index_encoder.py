@@ -1,10 +1,12 @@
 """Encoder backends: the MLX encoder computes torch's float32 vectors (so either searches an index
-the other built), the int8 ONNX export agrees with float32 torch, each text gets the same vector
+the other built), torch's bfloat16 products stay in float32's family, the int8 ONNX export agrees
+with float32 torch, each text gets the same vector
 whatever else is encoded with it, and an index is queried with a backend of its own family (old
 manifests without one: torch's, float32)."""
 
 import json
 import shutil
+import sys
 
 import numpy as np
 import pytest
@@ -164,3 +166,43 @@ def test_an_encoder_neither_here_nor_reachable_is_one_line_naming_the_fix(monkey
         load_encoder("nobody/no-such-encoder", backend="torch", device="cpu")
     msg = str(e.value)
     assert "'nobody/no-such-encoder' is not on this machine" in msg and "fix: " in msg and "\n" not in msg
+
+
+def test_torch_bf16_vectors_stay_in_the_float32_family(passages, small_index_questions):
+    """bfloat16 products (autocast) move a passage's vector by a cosine of ~3e-5, so an index they
+    build is searched with float32 queries: the questions rank these passages first as float32 does."""
+    from targ_mlx.index.encoder import TORCH_BF16
+
+    fast, ref = load_encoder(backend=TORCH_BF16), load_encoder(backend="torch")
+    assert (fast.backend, family(fast.backend), fast.describe()["backend"]) == ("torch-bf16", FLOAT32, "torch-bf16")
+    titles, texts = zip(*passages)
+    a, b = fast.encode_passages(titles, texts), ref.encode_passages(titles, texts)
+    assert a.dtype == np.float32 and np.allclose(np.linalg.norm(a, axis=1), 1.0, atol=1e-5)
+    cos = np.sum(a * b, axis=1)
+    # >= 0.99997 on 2,000 real chunks on a Zen 4 (BENCHMARKS.md); exactly 1 would mean float32 ran
+    assert 0.9995 < float(cos.min()) and float(cos.max()) < 1 - 1e-9
+    qs = ref.encode_queries([q["question"] for q in small_index_questions[:12]])
+    assert (np.argmax(qs @ a.T, axis=1) == np.argmax(qs @ b.T, axis=1)).all()
+
+
+def test_index_builds_use_bf16_only_where_the_cpu_multiplies_it(monkeypatch):
+    from targ_mlx.index.encoder import bf16_native, build_backend, default_backend
+
+    flags = open("/proc/cpuinfo").read().split() if sys.platform == "linux" else []
+    assert bf16_native() == ("avx512_bf16" in flags or "amx_bf16" in flags)
+    monkeypatch.setenv("TARG_MLX_ENCODER_BF16", "1")  # the default outside the tests (conftest sets 0)
+    assert build_backend(None) == ("torch-bf16" if bf16_native() else default_backend(None))
+    monkeypatch.setenv("TARG_MLX_ENCODER_BF16", "0")
+    assert build_backend(None) == default_backend(None)
+
+
+def test_an_index_built_in_bf16_is_searched_with_float32_queries(small_index_corpus, small_index_dir,
+                                                                 small_index_questions, tmp_path):
+    from targ_mlx.index import build_index
+
+    idx = build_index([str(small_index_corpus)], tmp_path / "bf16", backend="torch-bf16")
+    r, ref = open_retriever(idx), open_retriever(small_index_dir)
+    assert existing_backend(idx) == "torch-bf16" and r.encoder.backend == ref.encoder.backend  # float32 queries
+    same = [len({p.key for p in r.search(q["question"], 5)} & {p.key for p in ref.search(q["question"], 5)})
+            for q in small_index_questions[:12]]
+    assert sum(same) >= 0.95 * 5 * len(same), same  # 0.996 of float32's top 5 on 1,000 questions

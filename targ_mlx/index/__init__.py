@@ -13,7 +13,7 @@ from typing import Callable
 from targ_mlx.index.build import build_index, existing_backend
 from targ_mlx.index.chunking import ChunkParams
 from targ_mlx.index.corpus import VITAL
-from targ_mlx.index.encoder import DEFAULT_ENCODER, Encoder, backend_of, default_backend, family, load_encoder
+from targ_mlx.index.encoder import DEFAULT_ENCODER, Encoder, backend_of, build_backend, default_backend, family, load_encoder
 from targ_mlx.index.exact import ExactRetriever
 from targ_mlx.index.errors import (
     CorpusError,
@@ -68,7 +68,7 @@ def ensure_default_index(progress: Callable[[int, int], None] | None = None) -> 
             return out  # another process is writing it (an `add`): serve it as it is, never wait
     if unfinished(out):  # the build begun there (perhaps by another entry point), as it was begun
         return resume_unfinished(out, progress)
-    backend = existing_backend(out) or default_backend(DEFAULT_ENCODER)
+    backend = existing_backend(out) or build_backend(DEFAULT_ENCODER)
     return build_index([VITAL], out, progress=progress, backend=backend,
                        reuse=_siblings_with_encoder(out, DEFAULT_ENCODER, backend), wait=True)
 

@@ -30,7 +30,7 @@ from targ_mlx.index.encoder import (
     TORCH,
     Encoder,
     canonical_name,
-    default_backend,
+    build_backend,
     load_encoder,
 )
 from targ_mlx.index.errors import CorpusError, IndexMismatchError
@@ -232,8 +232,9 @@ def build_index(
         commit_every: chunks encoded per call and committed per transaction (what a kill can lose).
         reuse: finished index folders (same encoder) whose vectors are taken for identical chunks
             instead of encoding them again.
-        backend: encoder backend, "mlx", "torch" or "onnx-int8"; None: that of the index or
-            unfinished build already in `out`, else `encoder.default_backend` (mlx where it runs).
+        backend: encoder backend, "mlx", "torch", "torch-bf16" or "onnx-int8"; None: that of the
+            index or unfinished build already in `out`, else `encoder.build_backend` (torch-bf16
+            where the CPU multiplies bfloat16, else mlx where it runs, else torch).
         bm25: also build the BM25 part (`lexical.py`) for lexical and hybrid search; an index
             already built without it gains it in place.
         dense: encode and store every passage's vector (the HNSW graph). False: a BM25-only
@@ -253,7 +254,7 @@ def build_index(
     out = Path(out)
     hnsw = HnswParams(connectivity, expansion_add, expansion_search)
     name = canonical_name(encoder or DEFAULT_ENCODER)
-    backend = backend or existing_backend(out) or default_backend(name)
+    backend = backend or existing_backend(out) or build_backend(name)
     if not dense and not bm25:
         raise ValueError("an index needs a dense or a BM25 part; fix: drop --no-dense or --no-bm25")
     spec = _build_spec(corpora, name, dtype, limit, chunking, hnsw, backend, dense)

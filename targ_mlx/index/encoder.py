@@ -6,15 +6,18 @@ sentence-transformers model can be named (fetched from the Hub when online). E5 
 once per process, name and backend (`load_encoder` caches it).
 
 Backends: "mlx" (`mlx_encoder.py`, the default where it runs: BERT models such as MiniLM) and
-"torch" (sentence-transformers, any model) compute the same float32 vectors; "onnx-int8"
-(`onnx_encoder.py`) runs the weights exported to ONNX and quantized to int8 (opt-in: less exact).
-An index records the backend that built it in its manifest and is queried and extended with one
-of the same `family`: a float32 index with mlx where mlx runs here, else torch. Manifests from
-before backends existed were built with "torch".
+"torch" (sentence-transformers, any model) compute the same float32 vectors; "torch-bf16" is torch
+with its matrix products in bfloat16 (autocast: float32 sums, norms and softmax), what index builds
+use on CPUs that multiply bfloat16 natively (`build_backend`); "onnx-int8" (`onnx_encoder.py`) runs
+the weights exported to ONNX and quantized to int8 (opt-in: less exact). An index records the
+backend that built it in its manifest and is queried and extended with one of the same `family`: a
+float32 index with mlx where mlx runs here, else torch. Manifests from before backends existed
+were built with "torch".
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -32,13 +35,17 @@ DEFAULT_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_BATCH_SIZE = 32
 _DEFAULT_ALIASES = {DEFAULT_ENCODER, "all-MiniLM-L6-v2", "all-minilm-l6-v2"}
 _BGE_QUERY = "Represent this sentence for searching relevant passages: "
-TORCH, MLX, ONNX_INT8 = "torch", "mlx", "onnx-int8"
-BACKENDS = (MLX, TORCH, ONNX_INT8)
+TORCH, TORCH_BF16, MLX, ONNX_INT8 = "torch", "torch-bf16", "mlx", "onnx-int8"
+BACKENDS = (MLX, TORCH, TORCH_BF16, ONNX_INT8)
 FLOAT32 = "float32"
-# Backends whose vectors agree to float32 rounding (mlx vs torch: 1.6e-7 at most on 256 real
-# chunks) share a family: an index built with one is searched and extended with any of them.
-# The int8 backend is opt-in: its top 5 matched float32's for only 0.875 of NQ-Open questions.
-_FAMILY = {TORCH: FLOAT32, MLX: FLOAT32, ONNX_INT8: ONNX_INT8}
+# Backends whose vectors agree with float32's share a family: an index built with one is searched
+# and extended with any of them. mlx vs torch: 1.6e-7 at most on 256 real chunks. torch-bf16:
+# passage cosine to float32 >= 0.99997, and an index of its vectors searched with float32 queries
+# keeps 0.996 of float32's top 5 (1,000 NQ-Open questions over 2,000 chunks; BENCHMARKS.md,
+# "bfloat16"), above the 0.98 an index may lose. The int8 backend is opt-in: its top 5 matched
+# float32's for only 0.875 of NQ-Open questions, so it is a family of its own.
+_FAMILY = {TORCH: FLOAT32, TORCH_BF16: FLOAT32, MLX: FLOAT32, ONNX_INT8: ONNX_INT8}
+_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
 def prefixes_for(name: str) -> tuple[str, str]:
@@ -91,13 +98,14 @@ class Encoder:
 
     def _encode(self, texts: Sequence[str], batch_size: int | None) -> np.ndarray:
         # sentence-transformers sorts each call by length, so one call over many texts pads less
-        vecs = self.model.encode(
-            list(texts),
-            batch_size=batch_size or self.batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        )
+        with _precision(self):
+            vecs = self.model.encode(
+                list(texts),
+                batch_size=batch_size or self.batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
         return np.ascontiguousarray(vecs, dtype=np.float32).reshape(len(texts), self.dims)
 
     def encode_queries(self, queries: Sequence[str], batch_size: int | None = None) -> np.ndarray:
@@ -136,6 +144,42 @@ class Encoder:
                 f"query encoder is {self.name} ({self.dims}-d, {self.backend}); fix: use --encoder "
                 f"{built['name']} --backend {backend} or rebuild the index"
             )
+
+
+def _precision(enc: Encoder):
+    """The context a backend's forward pass runs in: bfloat16 autocast for torch-bf16 (matrix
+    products in bfloat16 with float32 sums; layer norms, softmax and the pooling stay float32)."""
+    if enc.backend != TORCH_BF16:
+        return contextlib.nullcontext()
+    import torch
+
+    return torch.autocast(enc.model.device.type, dtype=torch.bfloat16)
+
+
+def bf16_native() -> bool:
+    """Whether this CPU multiplies bfloat16 natively (AVX512-BF16 or AMX), where torch-bf16 encodes
+    faster than float32: 1.5-1.7x on 2 Zen 4 cores. Elsewhere autocast would emulate it, slower."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            flags = set(next((line for line in f if line.startswith("flags")), "").split())
+    except OSError:  # not Linux: Macs encode with mlx on the GPU
+        return False
+    return any(flag in flags for flag in _BF16_FLAGS)
+
+
+def build_backend(name: str | None) -> str:
+    """The backend that encodes a new index here: torch-bf16 where the CPU multiplies bfloat16 and
+    torch is installed (the same family as float32, 1.5-1.7x its speed), else `default_backend`.
+    TARG_MLX_ENCODER_BF16=0 turns the bfloat16 choice off."""
+    if os.environ.get("TARG_MLX_ENCODER_BF16", "1") != "0" and bf16_native() and _has_torch():
+        return TORCH_BF16
+    return default_backend(name)
+
+
+def _has_torch() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("sentence_transformers") is not None
 
 
 def backend_of(manifest: dict) -> str:
@@ -193,7 +237,7 @@ def load_encoder(name: str | None = None, device: str | None = None, backend: st
     Args:
         name: Hub id or local folder; None for the offline default all-MiniLM-L6-v2.
         device: "cuda", "mps" or "cpu" for the torch backend; None picks the best available.
-        backend: "mlx" or "torch" (float32) or "onnx-int8"; None: `default_backend`.
+        backend: "mlx" or "torch" (float32), "torch-bf16" or "onnx-int8"; None: `default_backend`.
     """
     name = canonical_name(name or DEFAULT_ENCODER)
     backend = backend or default_backend(name)
@@ -214,7 +258,7 @@ def load_encoder(name: str | None = None, device: str | None = None, backend: st
     from sentence_transformers import SentenceTransformer
 
     device = device or auto_device()
-    if device == "cpu":
+    if device == "cpu" and backend == TORCH:  # torch-bf16's products run in oneDNN, not in OpenBLAS
         _one_torch_thread_over_openblas()
     logger.info("loading encoder %s from %s on %s", name, source, device)
     try:
@@ -224,4 +268,4 @@ def load_encoder(name: str | None = None, device: str | None = None, backend: st
                if name == DEFAULT_ENCODER else "run once with a network, or pass the model's local folder")
         raise ModelLoadError(f"the encoder {name!r} is not on this machine and could not be fetched "
                              f"({str(e).splitlines()[0]}); fix: {fix}") from None
-    return Encoder(name, model, query_prefix, passage_prefix)
+    return Encoder(name, model, query_prefix, passage_prefix, backend=backend)
