@@ -45,10 +45,11 @@ def test_qlinear_matches_dequantized_matmul(N, bits, K):
     Wd = mx.dequantize(wq, s, b, group_size=gs, bits=bits)
     assert mx.array_equal(pack.dequantize(P), Wd)  # repacking is exact
     bias, res = mx.random.normal((80,)), mx.random.normal((7, 80))
-    for M in (1, 4, 7):
+    for M in (1, 4, 7, 13, 40):  # 13, 40: the VNNI build's 16-row blocks, whole and with a rest
         x = mx.random.normal((M, K))
         # int8 activations per group of 32: ~0.5% of the output's range on random data
         assert rel_err(N.qlinear(x, *P.args()), x @ Wd.T) < 0.02
+    x = mx.random.normal((7, K))
     y = N.qlinear(x, *P.args(), bias=bias, residual=res)
     assert rel_err(y, x @ Wd.T + bias + res) < 0.02
 
@@ -56,9 +57,9 @@ def test_qlinear_matches_dequantized_matmul(N, bits, K):
 def test_qlinear_row_results_do_not_depend_on_the_batch(N):
     W = mx.random.normal((304, 576))
     P = pack.from_quantized(*mx.quantize(W, group_size=32, bits=4), 4, 32)
-    x = mx.random.normal((9, 576))
+    x = mx.random.normal((37, 576))  # 2 blocks of 16 rows and a rest of 5 on VNNI; 9 blocks of 4 and 1 on AVX2
     full = N.qlinear(x, *P.args())
-    for i in range(9):
+    for i in range(37):
         assert mx.array_equal(N.qlinear(x[i : i + 1], *P.args())[0], full[i])
 
 

@@ -374,6 +374,7 @@ struct Q8 {
   float* d;         // M x G: the group's scale
   float* ds;        // M x G: d * sum(qx)
   int K = 0, G = 0;
+  bool stream = true;  // few rows: every weight comes from memory once, so the kernels prefetch
 };
 
 #if TARG_VNNI
@@ -479,12 +480,20 @@ inline void q8_tiles(const QMat& W, int t0, const Q8& X, int m0, float* acc_out 
   for (int m = 0; m < MT; m++)
     for (int j = 0; j < TT; j++) acc[m][j] = _mm512_setzero_ps();
   for (int g = 0; g < G; g++) {
-    prefetch_ahead<BITS, TT>(W, t0, g);
+    // at prefill a tile is read by one row block after another from L1/L2: no prefetch there
+    if (X.stream) prefetch_ahead<BITS, TT>(W, t0, g);
     for (int j = 0; j < TT; j++) {
       const uint8_t* grp = W.q + (size_t)(t0 + j) * W.tile_bytes() + (size_t)g * W.group_bytes();
-      float sf[NT], bf[NT];
-      const Affine16 a = group_affine(W, t0 + j, g, sf, bf);
-      const __m512 s = _mm512_loadu_ps(a.s), b = _mm512_loadu_ps(a.b);
+      __m512 s, b;
+      if (W.half && !W.kscale) {  // float16 straight into registers, not through a buffer
+        const size_t idx = ((size_t)(t0 + j) * G + g) * NT;
+        s = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)((const uint16_t*)W.scales + idx)));
+        b = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)((const uint16_t*)W.biases + idx)));
+      } else {
+        float sf[NT], bf[NT];
+        const Affine16 a = group_affine(W, t0 + j, g, sf, bf);
+        s = _mm512_loadu_ps(a.s), b = _mm512_loadu_ps(a.b);
+      }
       __m512i w[8];
       if constexpr (BITS == 4) {
         for (int i = 0; i < 4; i++) {
@@ -497,13 +506,12 @@ inline void q8_tiles(const QMat& W, int t0, const Q8& X, int m0, float* acc_out 
       }
       for (int m = 0; m < MT; m++) {
         const int32_t* xq = (const int32_t*)(X.q + (size_t)(m0 + m) * K + g * QG);
-        __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
-        for (int i = 0; i < 8; i += 2) {
-          s0 = _mm512_dpbusd_epi32(s0, w[i], _mm512_set1_epi32(xq[i]));
-          s1 = _mm512_dpbusd_epi32(s1, w[i + 1], _mm512_set1_epi32(xq[i + 1]));
-        }
+        // one chain per row (the MT rows are the sums in flight): integer sums are exact, so
+        // their order changes no bit, and the two-chain version's vpaddd is saved
+        __m512i acc_i = _mm512_setzero_si512();
+        for (int i = 0; i < 8; i++) acc_i = _mm512_dpbusd_epi32(acc_i, w[i], _mm512_set1_epi32(xq[i]));
         const size_t dg = (size_t)(m0 + m) * G + g;
-        __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), s);
+        __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc_i), s);
         acc[m][j] = _mm512_fmadd_ps(f, _mm512_set1_ps(X.d[dg]), acc[m][j]);
         acc[m][j] = _mm512_fmadd_ps(b, _mm512_set1_ps(X.ds[dg]), acc[m][j]);
       }
@@ -599,22 +607,24 @@ void q8_rows(const QMat& W, const Q8& X, int m0, int t0, int t1, float* y, int l
 }
 
 #if TARG_VNNI
-constexpr int kQ8Rows = 8;  // rows sharing each weight load (as many as the registers allow)
+// Rows sharing each weight load at prefill: each row keeps one float sum per tile in a register,
+// so more rows spread a tile's unpacking (4 vpermb, 12 masks and shifts, scales per group of 32)
+// over more vpdpbusd. SmolLM2's Q4_1 tiles on a Zen 4 (profile_prefill, 256 tokens): 8 rows
+// 203 GMAC/s (197 with two chains a row and float16 scales through a buffer), 12 rows 218,
+// 16 rows 224-226, 20 rows 229 (within noise of 16, and near the 32-register limit). -DTARG_Q8_VNNI_ROWS=N builds another.
+#ifndef TARG_Q8_VNNI_ROWS
+#define TARG_Q8_VNNI_ROWS 16
+#endif
+constexpr int kQ8Rows = TARG_Q8_VNNI_ROWS;
 
-// MT rows (1..8) at m0: fewer rows take more tiles side by side (independent sums in flight).
+// MT rows (1..kQ8Rows) at m0: fewer rows take more tiles side by side (independent sums in flight).
 template <int BITS>
 void q8_block(const QMat& W, const Q8& X, int MT, int m0, int t0, int t1, float* y, int ldy, const float* residual,
               const float* bias) {
-  switch (MT) {
-    case 1: q8_rows<BITS, 1, 4>(W, X, m0, t0, t1, y, ldy, residual, bias); break;
-    case 2: q8_rows<BITS, 2, 4>(W, X, m0, t0, t1, y, ldy, residual, bias); break;
-    case 3: q8_rows<BITS, 3, 2>(W, X, m0, t0, t1, y, ldy, residual, bias); break;
-    case 4: q8_rows<BITS, 4, 2>(W, X, m0, t0, t1, y, ldy, residual, bias); break;
-    case 5: q8_rows<BITS, 5, 1>(W, X, m0, t0, t1, y, ldy, residual, bias); break;
-    case 6: q8_rows<BITS, 6, 1>(W, X, m0, t0, t1, y, ldy, residual, bias); break;
-    case 7: q8_rows<BITS, 7, 1>(W, X, m0, t0, t1, y, ldy, residual, bias); break;
-    default: q8_rows<BITS, 8, 1>(W, X, m0, t0, t1, y, ldy, residual, bias); break;
-  }
+  with_rows<kQ8Rows>(MT, [&](auto r) {
+    constexpr int R = decltype(r)::value;
+    q8_rows<BITS, R, (R <= 2 ? 4 : R <= 4 ? 2 : 1)>(W, X, m0, t0, t1, y, ldy, residual, bias);
+  });
 }
 #else
 constexpr int kQ8Rows = 4;  // AVX2 has 16 vector registers: 16-bit sums for 4 rows x 1 tile
@@ -714,6 +724,7 @@ inline void qgemm(const QMat& W, const float* x, int M, float* y, int ldy, const
   X.q = (const int8_t*)buf;
   X.d = (float*)(buf + qbytes);
   X.ds = X.d + gs;
+  X.stream = M <= kQ8Rows;
   if ((long)M * W.K < (1 << 16)) quantize_rows(x, 0, M, W.K, W.bits, X);
   else parallel_range(M, 1, 16, [&](int a, int b) { quantize_rows(x, a, b, W.K, W.bits, X); });
   auto body = [&](int a, int b) {
