@@ -175,7 +175,12 @@ def main(argv=None):
     else:
         if not args.extra_bufts:
             no_extra_bufts()
-        llm = Llama(model_path=path, n_ctx=2048, n_batch=512, n_threads=args.threads, verbose=False)
+        # llama-cpp-python keeps n_batch rows of logits, which llama_round indexes by position: a
+        # prompt over 512 tokens needs n_batch up to the context (llama.cpp still computes in
+        # micro-batches of 512, n_ubatch's default)
+        n_ctx = max(2048, args.prompt_tokens + args.decode_tokens + 8)
+        llm = Llama(model_path=path, n_ctx=n_ctx, n_batch=512 if args.prompt_tokens + args.decode_tokens <= 512 else n_ctx,
+                    n_threads=args.threads, verbose=False)
         timed = lambda prompt, n: llama_round(llm, prompt, n)  # noqa: E731
     prompt = models["kernels"].tokenizer.encode(TEXT)[: args.prompt_tokens]
     rows = {v: [] for v in variants}

@@ -115,6 +115,29 @@ def test_attention_with_left_padding_and_a_cache_view(N, L):
 
 
 
+def test_attention_prefill_with_padding_inside_a_query_block(N):
+    """A left-padded prompt's first queries are padding (zero out) and sit in the same block of 16
+    queries as real ones; keys cross the 32-key blocks the queries share (D = 128, as the 1.5B)."""
+    B, Hq, Hkv, D, S = 2, 4, 2, 128, 45
+    q = mx.random.normal((B, Hq, S, D))
+    k, v = mx.random.normal((B, Hkv, S, D)), mx.random.normal((B, Hkv, S, D))
+    lp = mx.array([0, 7], dtype=mx.int32)
+    kk, vv = mx.repeat(k, Hq // Hkv, axis=1), mx.repeat(v, Hq // Hkv, axis=1)
+    scores = (q @ kk.transpose(0, 1, 3, 2)) * 0.09
+    j, i = mx.arange(S)[None, None, None, :], mx.arange(S)[None, None, :, None]
+    visible = (j >= lp[:, None, None, None]) & (j <= i)
+    ref = (mx.softmax(mx.where(visible, scores, -1e30), axis=-1) @ vv).transpose(0, 2, 1, 3).reshape(B, S, Hq * D)
+    real = (mx.arange(S)[None, :] >= lp[:, None])[..., None]  # padding positions attend to nothing
+    ref = mx.where(real, ref, 0.0)
+    out = N.attention(q, k, v, 0.09, lp)
+    assert mx.abs(out - ref).max().item() < 1e-5
+    assert mx.array_equal(out[1, :7], mx.zeros((7, Hq * D)))
+    # each query alone (a decode step at its position) gets the same bits as in its block
+    for t in (8, 20, 44):
+        one = N.attention(q[:, :, t : t + 1], k[:, :, : t + 1], v[:, :, : t + 1], 0.09, lp)
+        assert mx.array_equal(one[:, 0], out[:, t])
+
+
 @pytest.mark.parametrize("hole", [0, 5])
 def test_attention_over_shared_prompt_keys_is_bitwise_the_copied_cache(N, hole):
     """Rows reading their prompt's keys in place (shared_keys + shared_rows) get exactly what
