@@ -96,23 +96,28 @@ def test_norm_rope_swiglu_embed(N):
         assert mx.abs(N.embed(ids, *pack.from_quantized(wq, s, b, bits, gs).args()) - ref).max().item() < 1e-5
 
 
+def attention_ref(q, k, v, scale, lp):
+    """MLX's attention of the L queries at the last L of S positions over left-padded keys."""
+    (B, Hq, L, D), (Hkv, S) = q.shape, k.shape[1:3]
+    kk, vv = mx.repeat(k, Hq // Hkv, axis=1), mx.repeat(v, Hq // Hkv, axis=1)
+    scores = (q @ kk.transpose(0, 1, 3, 2)) * scale
+    j, i = mx.arange(S)[None, None, None, :], mx.arange(L)[None, None, :, None]
+    visible = (j >= lp[:, None, None, None]) & (j <= S - L + i)
+    return (mx.softmax(mx.where(visible, scores, -1e30), axis=-1) @ vv).transpose(0, 2, 1, 3).reshape(B, L, Hq * D)
+
+
 @pytest.mark.parametrize("L", [1, 3, 20])
 def test_attention_with_left_padding_and_a_cache_view(N, L):
     B, Hq, Hkv, D, S = 2, 9, 3, 64, 40
     q = mx.random.normal((B, Hq, L, D))
     k, v = mx.random.normal((B, Hkv, S, D)), mx.random.normal((B, Hkv, S, D))
     lp = mx.array([0, 6], dtype=mx.int32)
-    kk, vv = mx.repeat(k, Hq // Hkv, axis=1), mx.repeat(v, Hq // Hkv, axis=1)
-    scores = (q @ kk.transpose(0, 1, 3, 2)) * 0.125
-    j, i = mx.arange(S)[None, None, None, :], mx.arange(L)[None, None, :, None]
-    visible = (j >= lp[:, None, None, None]) & (j <= S - L + i)
-    ref = (mx.softmax(mx.where(visible, scores, -1e30), axis=-1) @ vv).transpose(0, 2, 1, 3).reshape(B, L, Hq * D)
+    ref = attention_ref(q, k, v, 0.125, lp)
     # keys and values as a cache hands them over: a slice of a longer buffer
     pad = mx.zeros((B, Hkv, 24, D))
     kbuf, vbuf = mx.concatenate([k, pad], axis=2), mx.concatenate([v, pad], axis=2)
     out = N.attention(q, kbuf[:, :, :S, :], vbuf[:, :, :S, :], 0.125, lp)
     assert mx.abs(out - ref).max().item() < 1e-5
-
 
 
 def test_attention_prefill_with_padding_inside_a_query_block(N):
@@ -122,13 +127,8 @@ def test_attention_prefill_with_padding_inside_a_query_block(N):
     q = mx.random.normal((B, Hq, S, D))
     k, v = mx.random.normal((B, Hkv, S, D)), mx.random.normal((B, Hkv, S, D))
     lp = mx.array([0, 7], dtype=mx.int32)
-    kk, vv = mx.repeat(k, Hq // Hkv, axis=1), mx.repeat(v, Hq // Hkv, axis=1)
-    scores = (q @ kk.transpose(0, 1, 3, 2)) * 0.09
-    j, i = mx.arange(S)[None, None, None, :], mx.arange(S)[None, None, :, None]
-    visible = (j >= lp[:, None, None, None]) & (j <= i)
-    ref = (mx.softmax(mx.where(visible, scores, -1e30), axis=-1) @ vv).transpose(0, 2, 1, 3).reshape(B, S, Hq * D)
     real = (mx.arange(S)[None, :] >= lp[:, None])[..., None]  # padding positions attend to nothing
-    ref = mx.where(real, ref, 0.0)
+    ref = mx.where(real, attention_ref(q, k, v, 0.09, lp), 0.0)
     out = N.attention(q, k, v, 0.09, lp)
     assert mx.abs(out - ref).max().item() < 1e-5
     assert mx.array_equal(out[1, :7], mx.zeros((7, Hq * D)))
