@@ -214,6 +214,17 @@ inline void weighted16(const float* p, const float* const* vp, int n, float* out
   for (int c = 0; c < DC; c++) _mm512_storeu_ps(out + 16 * c, acc[c]);
 }
 
+// The largest of x[0..n): a maximum is exact in any order, so 16 lanes at a time give the scalar
+// loop's value (the scores are finite).
+inline float max_of(const float* x, int n) {
+  __m512 m = _mm512_set1_ps(-INFINITY);
+  int j = 0;
+  for (; j + 16 <= n; j += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(x + j));
+  float mx = _mm512_reduce_max_ps(m);
+  for (; j < n; j++) mx = std::max(mx, x[j]);
+  return mx;
+}
+
 // weighted16 continued: acc (in memory) += sum_j p_j v_j in key order. A run of calls over
 // consecutive key ranges gives weighted16's bits over their union (the same fused multiply-adds
 // in the same order; a float survives the store and the load unchanged).
@@ -250,9 +261,7 @@ inline void attend_queries(const float* q, size_t q_stride, int nq, const int* n
   float z[64];
   for (int i = 0; i < nq; i++) {
     float* si = sc + (size_t)i * ld_sc;
-    float mx = -INFINITY;
-    for (int j = 0; j < n[i]; j++) mx = std::max(mx, si[j]);
-    z[i] = n[i] ? exp_sub_sum(si, mx, si, n[i]) : 1.f;
+    z[i] = n[i] ? exp_sub_sum(si, max_of(si, n[i]), si, n[i]) : 1.f;
     std::fill(acc + (size_t)i * D, acc + (size_t)(i + 1) * D, 0.f);
   }
   for (int j0 = 0; j0 < nmax; j0 += kAttnKeys)
