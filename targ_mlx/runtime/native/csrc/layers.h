@@ -202,18 +202,6 @@ inline void scores16(const float* q, const float* const* kp, int n, float scale,
   }
 }
 
-// out = sum_j p_j v_j, accumulated in registers in key order (as `axpy` does in memory).
-template <int DC>
-inline void weighted16(const float* p, const float* const* vp, int n, float* out) {
-  __m512 acc[DC];
-  for (int c = 0; c < DC; c++) acc[c] = _mm512_setzero_ps();
-  for (int j = 0; j < n; j++) {
-    const __m512 w = _mm512_set1_ps(p[j]);
-    for (int c = 0; c < DC; c++) acc[c] = _mm512_fmadd_ps(w, _mm512_loadu_ps(vp[j] + 16 * c), acc[c]);
-  }
-  for (int c = 0; c < DC; c++) _mm512_storeu_ps(out + 16 * c, acc[c]);
-}
-
 // The largest of x[0..n): a maximum is exact in any order, so 16 lanes at a time give the scalar
 // loop's value (the scores are finite).
 inline float max_of(const float* x, int n) {
@@ -225,11 +213,11 @@ inline float max_of(const float* x, int n) {
   return mx;
 }
 
-// weighted16 continued: acc (in memory) += sum_j p_j v_j in key order. A run of calls over
-// consecutive key ranges gives weighted16's bits over their union (the same fused multiply-adds
-// in the same order; a float survives the store and the load unchanged).
+// acc (in memory) += sum_j p_j v_j, in registers in key order (as `axpy` does in memory). A run of
+// calls over consecutive key ranges gives one call's bits over their union (the same fused
+// multiply-adds in the same order; a float survives the store and the load unchanged).
 template <int DC>
-inline void weighted16_more(const float* p, const float* const* vp, int n, float* acc_mem) {
+inline void weighted16(const float* p, const float* const* vp, int n, float* acc_mem) {
   __m512 acc[DC];
   for (int c = 0; c < DC; c++) acc[c] = _mm512_loadu_ps(acc_mem + 16 * c);
   for (int j = 0; j < n; j++) {
@@ -243,9 +231,9 @@ inline void weighted16_more(const float* p, const float* const* vp, int n, float
 // kp/vp (n[i] = 0: nothing to attend to, a zero output). Keys go in blocks of kAttnKeys that stay
 // in L1 while every query of the block takes them (the queries of a task share one key list, so
 // each key and value was read from L2/L3 once per query before: at 1,024 tokens the 1.5B's
-// attention ran at ~1/3 of the FMA rate). Per query the operations and their order are those of
-// the one-query path (scores16 per 16 keys, exp_sub_sum, weighted16 in key order), so every
-// output is bitwise what that path gives.
+// attention ran at ~1/3 of the FMA rate). Per query the operations and their order do not depend
+// on the other queries (scores16 per 16 keys, exp_sub_sum, weighted16 in key order), so a query
+// alone (a decode step) gets the bits it gets in any block.
 constexpr int kAttnKeys = 32;
 template <int DC>
 inline void attend_queries(const float* q, size_t q_stride, int nq, const int* n, const float* const* kp,
@@ -267,7 +255,7 @@ inline void attend_queries(const float* q, size_t q_stride, int nq, const int* n
   for (int j0 = 0; j0 < nmax; j0 += kAttnKeys)
     for (int i = 0; i < nq; i++)
       if (j0 < n[i])
-        weighted16_more<DC>(sc + (size_t)i * ld_sc + j0, vp + j0, std::min(n[i], j0 + kAttnKeys) - j0, acc + (size_t)i * D);
+        weighted16<DC>(sc + (size_t)i * ld_sc + j0, vp + j0, std::min(n[i], j0 + kAttnKeys) - j0, acc + (size_t)i * D);
   for (int i = 0; i < nq; i++) {
     float* oi = o + i * o_stride;
     const float iz = 1.f / z[i];
@@ -379,19 +367,19 @@ inline void attention(const float* q, const KV& K, const KV& V, const int32_t* p
       }
       const float* kb = K.base + b * K.sb + kh * K.sh;
       const float* vb = V.base + b * V.sb + kh * V.sh;
+      // the block's last query sees the most keys; each other query sees a prefix of them
+      const int i0 = qb * QB, i1 = std::min(L, (qb + 1) * QB), hl = S - L + i1 - 1;
+      int nk = n0;
+      for (int j = 0; j < std::min(hole, hl + 1); j++) kp[nk] = kb + (long)j * K.ss, vp[nk] = vb + (long)j * V.ss, nk++;
+      for (int j = hole + p; j <= hl; j++) kp[nk] = kb + (long)j * K.ss, vp[nk] = vb + (long)j * V.ss, nk++;
+      int nq[QB];
+      for (int i = i0; i < i1; i++) {
+        const int hi = S - L + i;
+        const int vis = n0 + std::min(hole, hi + 1) + std::max(0, hi - (hole + p) + 1);
+        nq[i - i0] = (hi >= hole && hi < hole + p) ? 0 : vis;  // a padding position: nothing to attend to
+      }
 #if TARG_AVX512
       if (D == 64 || D == 128) {
-        // the block's last query sees the most keys; each other query sees a prefix of them
-        const int i0 = qb * QB, i1 = std::min(L, (qb + 1) * QB), hl = S - L + i1 - 1;
-        int n = n0;
-        for (int j = 0; j < std::min(hole, hl + 1); j++) kp[n] = kb + (long)j * K.ss, vp[n] = vb + (long)j * V.ss, n++;
-        for (int j = hole + p; j <= hl; j++) kp[n] = kb + (long)j * K.ss, vp[n] = vb + (long)j * V.ss, n++;
-        int nq[QB];
-        for (int i = i0; i < i1; i++) {
-          const int hi = S - L + i;
-          const int vis = n0 + std::min(hole, hi + 1) + std::max(0, hi - (hole + p) + 1);
-          nq[i - i0] = (hi >= hole && hi < hole + p) ? 0 : vis;  // a padding position: nothing to attend to
-        }
         const float* q0 = q + (((size_t)b * Hq + h) * L + i0) * D;
         float* o0 = out + ((size_t)b * L + i0) * ld_out + (size_t)h * D;
         blk_sc.resize((size_t)QB * (P + S));
@@ -401,22 +389,16 @@ inline void attention(const float* q, const KV& K, const KV& V, const int32_t* p
         continue;
       }
 #endif
-      for (int i = qb * QB; i < std::min(L, (qb + 1) * QB); i++) {
+      for (int i = i0; i < i1; i++) {
         const float* qi = q + (((size_t)b * Hq + h) * L + i) * D;
         float* o = out + ((size_t)b * L + i) * ld_out + (size_t)h * D;
-        int hi = S - L + i;
-        int n = n0;
-        for (int j = 0; j < std::min(hole, hi + 1); j++) kp[n] = kb + (long)j * K.ss, vp[n] = vb + (long)j * V.ss, n++;
-        for (int j = hole + p; j <= hi; j++) kp[n] = kb + (long)j * K.ss, vp[n] = vb + (long)j * V.ss, n++;
-        if (n == 0 || (hi >= hole && hi < hole + p)) {  // a padding position: nothing to attend to
+        const int n = nq[i - i0];
+        if (n == 0) {
           std::fill(o, o + D, 0.f);
           continue;
         }
         bool fast = false;
-#if TARG_AVX512
-        if (D == 64) scores16<4>(qi, kp.data(), n, scale, sc.data()), fast = true;
-        else if (D == 128) scores16<8>(qi, kp.data(), n, scale, sc.data()), fast = true;
-#elif TARG_AVX2
+#if TARG_AVX2
         if (D == 64) scores8<8>(qi, kp.data(), n, scale, sc.data()), fast = true;
         else if (D == 128) scores8<16>(qi, kp.data(), n, scale, sc.data()), fast = true;
 #endif
@@ -425,11 +407,7 @@ inline void attention(const float* q, const KV& K, const KV& V, const int32_t* p
         float mx = -INFINITY;
         for (int j = 0; j < n; j++) mx = std::max(mx, sc[j]);
         float z = exp_sub_sum(sc.data(), mx, sc.data(), n);
-#if TARG_AVX512
-        if (D == 64) weighted16<4>(sc.data(), vp.data(), n, acc.data());
-        else if (D == 128) weighted16<8>(sc.data(), vp.data(), n, acc.data());
-        else
-#elif TARG_AVX2
+#if TARG_AVX2
         if (D == 64) weighted8<8>(sc.data(), vp.data(), n, acc.data());
         else if (D == 128) weighted8<16>(sc.data(), vp.data(), n, acc.data());
         else
