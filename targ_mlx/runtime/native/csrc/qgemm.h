@@ -484,16 +484,9 @@ inline void q8_tiles(const QMat& W, int t0, const Q8& X, int m0, float* acc_out 
     if (X.stream) prefetch_ahead<BITS, TT>(W, t0, g);
     for (int j = 0; j < TT; j++) {
       const uint8_t* grp = W.q + (size_t)(t0 + j) * W.tile_bytes() + (size_t)g * W.group_bytes();
-      __m512 s, b;
-      if (W.half && !W.kscale) {  // float16 straight into registers, not through a buffer
-        const size_t idx = ((size_t)(t0 + j) * G + g) * NT;
-        s = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)((const uint16_t*)W.scales + idx)));
-        b = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)((const uint16_t*)W.biases + idx)));
-      } else {
-        float sf[NT], bf[NT];
-        const Affine16 a = group_affine(W, t0 + j, g, sf, bf);
-        s = _mm512_loadu_ps(a.s), b = _mm512_loadu_ps(a.b);
-      }
+      float sf[NT], bf[NT];
+      const Affine16 a = group_affine(W, t0 + j, g, sf, bf);
+      const __m512 s = _mm512_loadu_ps(a.s), b = _mm512_loadu_ps(a.b);
       __m512i w[8];
       if constexpr (BITS == 4) {
         for (int i = 0; i < 4; i++) {
@@ -610,36 +603,37 @@ void q8_rows(const QMat& W, const Q8& X, int m0, int t0, int t1, float* y, int l
 // Rows sharing each weight load at prefill: each row keeps one float sum per tile in a register,
 // so more rows spread a tile's unpacking (4 vpermb, 12 masks and shifts, scales per group of 32)
 // over more vpdpbusd. SmolLM2's Q4_1 tiles on a Zen 4 (profile_prefill, 256 tokens): 8 rows
-// 203 GMAC/s (197 with two chains a row and float16 scales through a buffer), 12 rows 218,
+// 203 GMAC/s (197 with two chains a row and prefetch at prefill), 12 rows 218,
 // 16 rows 224-226, 20 rows 229 (within noise of 16, and near the 32-register limit). -DTARG_Q8_VNNI_ROWS=N builds another.
 #ifndef TARG_Q8_VNNI_ROWS
 #define TARG_Q8_VNNI_ROWS 16
 #endif
 constexpr int kQ8Rows = TARG_Q8_VNNI_ROWS;
 
-// MT rows (1..kQ8Rows) at m0: fewer rows take more tiles side by side (independent sums in flight).
+// Tiles side by side for MT rows: fewer rows take more tiles (independent sums in flight).
+template <int BITS, int MT>
+constexpr int q8_tiles_across() {
+  return MT <= 2 ? 4 : MT <= 4 ? 2 : 1;
+}
+#else
+constexpr int kQ8Rows = 4;  // AVX2 has 16 vector registers: 16-bit sums for 4 rows x 1 tile
+
+// (8-bit weights keep four 16-bit sums per row and tile, so half as many tiles fit)
+template <int BITS, int MT>
+constexpr int q8_tiles_across() {
+  return MT == 1 ? (BITS == 4 ? 4 : 2) : MT == 2 ? (BITS == 4 ? 2 : 1) : 1;
+}
+#endif
+
+// MT rows (1..kQ8Rows) at m0.
 template <int BITS>
 void q8_block(const QMat& W, const Q8& X, int MT, int m0, int t0, int t1, float* y, int ldy, const float* residual,
               const float* bias) {
   with_rows<kQ8Rows>(MT, [&](auto r) {
     constexpr int R = decltype(r)::value;
-    q8_rows<BITS, R, (R <= 2 ? 4 : R <= 4 ? 2 : 1)>(W, X, m0, t0, t1, y, ldy, residual, bias);
+    q8_rows<BITS, R, q8_tiles_across<BITS, R>()>(W, X, m0, t0, t1, y, ldy, residual, bias);
   });
 }
-#else
-constexpr int kQ8Rows = 4;  // AVX2 has 16 vector registers: 16-bit sums for 4 rows x 1 tile
-
-template <int BITS>
-void q8_block(const QMat& W, const Q8& X, int MT, int m0, int t0, int t1, float* y, int ldy, const float* residual,
-              const float* bias) {
-  switch (MT) {
-    case 1: q8_rows<BITS, 1, (BITS == 4 ? 4 : 2)>(W, X, m0, t0, t1, y, ldy, residual, bias); break;
-    case 2: q8_rows<BITS, 2, (BITS == 4 ? 2 : 1)>(W, X, m0, t0, t1, y, ldy, residual, bias); break;
-    case 3: q8_rows<BITS, 3, 1>(W, X, m0, t0, t1, y, ldy, residual, bias); break;
-    default: q8_rows<BITS, 4, 1>(W, X, m0, t0, t1, y, ldy, residual, bias); break;
-  }
-}
-#endif
 
 // Tiles [t0, t1) for all M rows: up to kQ8Rows rows read each weight once; more rows go in
 // blocks of kQ8Rows over each tile while it sits in L1, with the rows' int8 activations blocked
