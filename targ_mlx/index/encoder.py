@@ -171,12 +171,12 @@ def build_backend(name: str | None) -> str:
     """The backend that encodes a new index here: torch-bf16 where the CPU multiplies bfloat16 and
     torch is installed (the same family as float32, 1.5-1.7x its speed), else `default_backend`.
     TARG_MLX_ENCODER_BF16=0 turns the bfloat16 choice off."""
-    if os.environ.get("TARG_MLX_ENCODER_BF16", "1") != "0" and bf16_native() and _has_torch():
+    if os.environ.get("TARG_MLX_ENCODER_BF16", "1") != "0" and bf16_native() and _has_sentence_transformers():
         return TORCH_BF16
     return default_backend(name)
 
 
-def _has_torch() -> bool:
+def _has_sentence_transformers() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("sentence_transformers") is not None
