@@ -5,7 +5,9 @@
 # VNNI kernel on the k4 layout against its AVX2 kernel to the bit), test_kquant under each Q4_K
 # layout, and bench_backbone against llama.cpp's llama-bench built there, whole model, each
 # layout (against llama.cpp's repacked buffers where they run, MAPPED=1: as mapped). SKIP_GPU=1,
-# SKIP_MATRIX=1 leave those parts out; ROUNDS (default 2) per whole-model run. Outputs go to
+# SKIP_MATRIX=1 leave those parts out; ROUNDS (default 2) per whole-model run; LAYOUTS (default
+# "k4 tiles") the 1.5B's Q4_K layouts; SMOL_DEFINES a kernel build's -D choice to time SmolLM2 with
+# beside the default (e.g. TARG_Q8_VNNI_ROWS=8, via TARG_MLX_NATIVE_DEFINES); GPU_LIMIT (240) s. Outputs go to
 # $OUT (machine.txt, gpu.txt, build.log, cpu.txt); it stops starting new
 # steps SECONDS (default 450) after it began.
 #
@@ -40,12 +42,17 @@ CPU_ENV="PYTHONPATH=/tmp/cpu:/tmp/common:$R TARG_MLX_CACHE=/tmp/tc"
 # the kernels, then the 1.5B's repacked weights for each Q4_K layout into the cache, unpinned
 # (2 cores took 154 s a layout here; the benchmark's loads then read the cache)
 warm="from targ_mlx.runtime.backbone import load_backbone; load_backbone('/tmp/m/qwen15b.gguf', kernels=True); print('warm')"
+LAYOUTS=${LAYOUTS:-k4 tiles}
 (env $CPU_ENV timeout 300 python3 -c "from targ_mlx.runtime.native.build import build; print(build())" \
- && for layout in k4 tiles; do TARG_MLX_Q4K_LAYOUT=$layout env $CPU_ENV TARG_MLX_THREADS=6 timeout 240 python3 -c "$warm" & done; wait) \
+ && { [ -z "${SMOL_DEFINES:-}" ] || TARG_MLX_NATIVE_DEFINES="$SMOL_DEFINES" env $CPU_ENV timeout 300 python3 -c \
+      "from targ_mlx.runtime.native.build import build; print(build())"; } \
+ && for layout in $LAYOUTS; do TARG_MLX_Q4K_LAYOUT=$layout env $CPU_ENV TARG_MLX_THREADS=6 timeout 240 python3 -c "$warm" & done; wait) \
  > /tmp/native.log 2>&1 & NB=$!
 if [ -z "${SKIP_GPU:-}" ]; then el "GPU"
 GPU_ENV="PYTHONPATH=/tmp/cuda:/tmp/common:$R TARG_MLX_CACHE=/tmp/tcu LD_LIBRARY_PATH=${NVLIB}${LD_LIBRARY_PATH:-}"
-{ env $GPU_ENV timeout 120 python3 -X faulthandler scripts/check_gpu.py /tmp/m/smollm2.gguf /tmp/m/qwen15b.gguf; echo "check_gpu rc $?"
+{ # an encoder the image may hold (the evidence gate's search needs one; none travels: too big)
+  find / -xdev \( -path /proc -o -path /sys \) -prune -o -iname "*minilm*" -print 2>/dev/null | head -5
+  env $GPU_ENV timeout ${GPU_LIMIT:-240} python3 -X faulthandler scripts/check_gpu.py /tmp/m/smollm2.gguf /tmp/m/qwen15b.gguf; echo "check_gpu rc $?"
   # margin with tau 1 never reads (no encoder needed); evidence searches first (needs the encoder)
   for g in "margin --tau 1.0" "evidence"; do s=$(date +%s); env $GPU_ENV timeout 60 python3 -m targ_mlx ask --model /tmp/m/smollm2.gguf \
     --index $D/tiny-bm25 --db /tmp/d.db --gate $g --max-tokens 48 "who wrote the origin of species" 2>&1 | tail -8
@@ -72,12 +79,14 @@ cat $O/cpu.txt
 XB=""; [ -z "${MAPPED:-}" ] && grep -q "llama-bench --repack 1 rc 0" $O/cpu.txt && XB="--extra-bufts"
 BB="env $CPU_ENV taskset -c $CPUS python3 scripts/bench_backbone.py --threads 2 --decode-tokens 32 --variants kernels --llama-bench $LBX $XB"; ROUNDS=${ROUNDS:-2}
 if grep -q "llama-bench --repack [01] rc 0" $O/cpu.txt; then
-  for layout in k4 tiles; do
+  for defs in "" ${SMOL_DEFINES:-}; do
+    [ $(left) -gt 45 ] && { el "SmolLM2 ${defs:-(default build)}" | tee -a $O/cpu.txt; TARG_MLX_NATIVE_DEFINES="$defs" \
+      timeout $(( $(left) > 95 ? 90 : $(left) - 5 )) $BB --model /tmp/m/smollm2.gguf --rounds 3 --output-dir /tmp/bb 2>&1 | tail -6 | tee -a $O/cpu.txt; }
+  done
+  for layout in $LAYOUTS; do
     [ $(left) -lt 90 ] && { el "skip the 1.5B, $layout: $(left) s left" | tee -a $O/cpu.txt; continue; }
     el "1.5B, $layout $XB" | tee -a $O/cpu.txt; TARG_MLX_Q4K_LAYOUT=$layout timeout $(( $(left) - 10 )) $BB --model /tmp/m/qwen15b.gguf \
       --rounds $ROUNDS --output-dir /tmp/bb 2>&1 | grep -v Warning | tail -7 | tee -a $O/cpu.txt
   done
-  [ $(left) -gt 45 ] && { el "SmolLM2" | tee -a $O/cpu.txt; timeout $(( $(left) - 5 )) $BB --model /tmp/m/smollm2.gguf --rounds 3 \
-    --output-dir /tmp/bb 2>&1 | tail -6 | tee -a $O/cpu.txt; }
 fi
 el done

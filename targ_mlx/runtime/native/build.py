@@ -76,6 +76,7 @@ def cache_key() -> str:
     h.update(_cpu_flags().encode())
     h.update(os.environ.get("CXX", "").encode())
     h.update(_march().encode())
+    h.update(" ".join(_defines()).encode())
     return h.hexdigest()[:16]
 
 
@@ -83,6 +84,12 @@ def _march() -> str:
     """-march for the kernels: this CPU's own instructions unless TARG_MLX_NATIVE_MARCH names
     a baseline (e.g. x86-64-v3 for AVX2 only, to test or to share a build between machines)."""
     return os.environ.get("TARG_MLX_NATIVE_MARCH", "native")
+
+
+def _defines() -> list[str]:
+    """-D flags from TARG_MLX_NATIVE_DEFINES (space-separated NAME=VALUE), to time a kernel's
+    compile-time choice (e.g. TARG_Q8_VNNI_ROWS=8) on another CPU class without editing csrc/."""
+    return [f"-D{d}" for d in os.environ.get("TARG_MLX_NATIVE_DEFINES", "").split()]
 
 
 def cache_dir() -> Path:
@@ -127,7 +134,7 @@ def build(force: bool = False, verbose: bool = False) -> Path:
             _run([cxx, "-std=c++17", "-O2", *common, "-DNB_BUILD", "-DNB_COMPACT_ASSERTIONS", "-fno-strict-aliasing",
                   "-ffunction-sections", "-fdata-sections", f"-isystem{nb / 'ext' / 'robin_map' / 'include'}",
                   "-c", str(nb / "src" / "nb_combined.cpp"), "-o", str(nb_obj)], log)
-            _run([cxx, "-std=gnu++20", "-O3", f"-march={_march()}", *common, "-DNB_DOMAIN=mlx",
+            _run([cxx, "-std=gnu++20", "-O3", f"-march={_march()}", *_defines(), *common, "-DNB_DOMAIN=mlx",
                   f"-isystem{p['mlx_include']}", "-c", str(SRC / "ops.cpp"), "-o", str(ops_obj)], log)
             _run([cxx, "-shared", "-o", str(so), str(ops_obj), str(nb_obj), f"-L{p['mlx_lib']}", "-lmlx",
                   f"-Wl,-rpath,{p['mlx_lib']}", "-Wl,--gc-sections", "-Wl,-s"], log)
