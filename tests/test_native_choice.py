@@ -61,3 +61,14 @@ def test_a_choice_for_mlx_turns_the_kernels_off_and_the_model_runs_on_mlx(monkey
         assert native.ops() is mod and native.status().startswith("on (")
     finally:
         path.unlink(missing_ok=True)
+
+
+def test_native_defines_reach_the_build_and_its_cache_key(monkeypatch):
+    # a -D choice timed on another CPU class must not reuse (or overwrite) the default build
+    from targ_mlx.runtime.native import build
+
+    monkeypatch.delenv("TARG_MLX_NATIVE_DEFINES", raising=False)
+    default = build.cache_key()
+    monkeypatch.setenv("TARG_MLX_NATIVE_DEFINES", "TARG_Q8_VNNI_ROWS=8")
+    assert build._defines() == ["-DTARG_Q8_VNNI_ROWS=8"]
+    assert build.cache_key() != default
