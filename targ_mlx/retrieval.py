@@ -43,6 +43,12 @@ class Retriever(Protocol):
     def search_batch(self, queries: Sequence[str], k: int = 5) -> list[list[Passage]]: ...
 
 
+def check_k(k: int) -> None:
+    """Every retriever's one check on how many passages it is asked for."""
+    if k <= 0:
+        raise ValueError(f"k must be a positive number of passages, got {k}")
+
+
 def fuse(rankings: Sequence[Sequence[Passage]], k: int, c: int = RRF_C) -> list[Passage]:
     """The top `k` of several rankings of one index by reciprocal rank fusion: each passage scores
     the sum of 1 / (c + rank) over the rankings it is in (ties: first seen first). A passage keeps

@@ -7,7 +7,7 @@ from typing import Sequence
 import numpy as np
 
 from targ_mlx.index.encoder import Encoder, load_encoder
-from targ_mlx.retrieval import Passage
+from targ_mlx.retrieval import Passage, check_k
 
 
 class ExactRetriever:
@@ -35,8 +35,7 @@ class ExactRetriever:
         return self.search_batch([query], k)[0]
 
     def search_batch(self, queries: Sequence[str], k: int = 5) -> list[list[Passage]]:
-        if k <= 0:
-            raise ValueError(f"k must be a positive number of passages, got {k}")
+        check_k(k)
         if not queries:
             return []
         scores = self.encoder.encode_queries(queries) @ self.vectors.T

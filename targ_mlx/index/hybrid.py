@@ -23,7 +23,7 @@ from typing import Sequence
 import numpy as np
 
 from targ_mlx.index.lexical import LexicalIndex, top_rows
-from targ_mlx.retrieval import FUSE_DEPTH, RETRIEVERS, Passage, fuse
+from targ_mlx.retrieval import FUSE_DEPTH, RETRIEVERS, Passage, check_k, fuse
 
 DENSE, BM25, HYBRID = RETRIEVERS
 MODES = RETRIEVERS
@@ -64,8 +64,7 @@ class HybridRetriever:
         return self.search_batch([query], k)[0]
 
     def search_batch(self, queries: Sequence[str], k: int = 5) -> list[list[Passage]]:
-        if k <= 0:
-            raise ValueError(f"k must be a positive number of passages, got {k}")
+        check_k(k)
         if not queries:
             return []
         depth = max(k, FUSE_DEPTH)

@@ -27,7 +27,7 @@ from targ_mlx.index.store import (
     rebuild_command,
     verify_files,
 )
-from targ_mlx.retrieval import Passage
+from targ_mlx.retrieval import Passage, check_k
 
 class IndexRetriever(QueryEncoding):
     """Top-k passages from an on-disk index; thread-safe for concurrent searches."""
@@ -47,8 +47,7 @@ class IndexRetriever(QueryEncoding):
 
     def search_vectors(self, vectors: np.ndarray, k: int = 5, exact: bool = False) -> list[list[Passage]]:
         """Search with already-encoded, normalised query vectors (n, dims)."""
-        if k <= 0:
-            raise ValueError(f"k must be a positive number of passages, got {k}")
+        check_k(k)
         if self.index is None:
             raise IndexMismatchError(f"{self.path} is a BM25-only index (built with --no-dense); "
                                      "fix: search it with --retriever bm25 or hybrid")

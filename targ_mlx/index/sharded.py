@@ -16,7 +16,7 @@ import numpy as np
 from targ_mlx.index.encoder import Encoder
 from targ_mlx.index.query import QueryEncoding
 from targ_mlx.index.store import manifest_id
-from targ_mlx.retrieval import Passage
+from targ_mlx.retrieval import Passage, check_k
 
 
 class ShardedRetriever(QueryEncoding):
@@ -34,8 +34,7 @@ class ShardedRetriever(QueryEncoding):
 
     def search_vectors(self, vectors: np.ndarray, k: int = 5, exact: bool = False) -> list[list[Passage]]:
         """Search with already-encoded, normalised query vectors (n, dims)."""
-        if k <= 0:
-            raise ValueError(f"k must be a positive number of passages, got {k}")
+        check_k(k)
         vectors = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
         n = len(vectors)
         keys, dists, owner = [], [], []
