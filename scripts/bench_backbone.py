@@ -99,7 +99,9 @@ def no_extra_bufts():
     """llama.cpp built natively on a CPU that reports AMX repacks weights into an AMX buffer and
     segfaults in VMs that do not grant AMX tile state (seen here, even when built with
     GGML_AMX_*=OFF). Turning off extra buffer types (AMX, CPU_REPACK) avoids it; the weights are
-    then used as mapped from the file, with llama.cpp's AVX-512 kernels."""
+    then used as mapped from the file, with llama.cpp's AVX-512 kernels. Repacking is llama.cpp's
+    default and it ran on a Zen 4 and on an Intel Xeon with AMX: compare against both
+    (--extra-bufts), as BENCHMARKS.md does."""
     import llama_cpp
 
     default = llama_cpp.llama_model_default_params
@@ -139,7 +141,9 @@ def main(argv=None):
     ap.add_argument("--variants", default="kernels,kernels-batch6,mlx-fp32",
                     help="comma list of kernels | kernels-batch6 | kernels-tiles | mlx-fp32 | mlx-q4")
     ap.add_argument("--extra-bufts", action="store_true",
-                    help="let llama.cpp use AMX/repacked buffers (crashes in VMs without AMX tile state)")
+                    help="let llama.cpp repack weights as it does by default (CPU_REPACK, AMX where the CPU "
+                         "has it); report both: on a Zen 4 it made llama.cpp's 1.5B prefill slower and its "
+                         "decode faster (BENCHMARKS.md); crashed in one VM that hid AMX tile state")
     ap.add_argument("--llama-bench", metavar="PATH",
                     help="time llama.cpp with this llama-bench binary instead of llama-cpp-python")
     ap.add_argument("--output-dir", default="runs/bench_backbone")
