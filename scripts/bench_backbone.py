@@ -16,6 +16,12 @@ are taken per round (the machine is shared and noisy), medians reported. Variant
 llama.cpp runs through llama-cpp-python, or with --llama-bench PATH through llama.cpp's own
 llama-bench binary, one call per round (its pp at depth 0 and tg at the prompt's depth, as here:
 where the Python binding crashed, on the lent Intel machine, BENCHMARKS.md).
+
+llama.cpp either uses the file's weights as mapped or repacks them (its default: CPU_REPACK, AMX
+tiles where the CPU has them), and which is faster depends on the CPU and the block type (on a
+Zen 4 repacking made the 1.5B's prefill slower and its decode faster), so `--llama-buffers both`
+times it both ways in the same rounds, each bracketing every MLX run; `mapped` is the default
+(repacking crashed in one VM that hid AMX tile state).
 """
 
 from __future__ import annotations
@@ -95,22 +101,22 @@ class LlamaBench:
         return pp["avg_ns"] / 1e9, tg["avg_ns"] / 1e9
 
 
-def no_extra_bufts():
-    """llama.cpp built natively on a CPU that reports AMX repacks weights into an AMX buffer and
-    segfaults in VMs that do not grant AMX tile state (seen here, even when built with
-    GGML_AMX_*=OFF). Turning off extra buffer types (AMX, CPU_REPACK) avoids it; the weights are
-    then used as mapped from the file, with llama.cpp's AVX-512 kernels. Repacking is llama.cpp's
-    default and it ran on a Zen 4 and on an Intel Xeon with AMX: compare against both
-    (--extra-bufts), as BENCHMARKS.md does."""
+def llama_params(repack: bool):
+    """Make the next Llama() repack its weights (llama.cpp's default: extra buffer types, CPU_REPACK
+    and AMX where the CPU reports it) or use them as mapped from the file. Repacking for AMX
+    segfaulted in one VM that did not grant AMX tile state (even built with GGML_AMX_*=OFF); it
+    ran on a Zen 4 and on an Intel Xeon with AMX, where the two differ (BENCHMARKS.md)."""
     import llama_cpp
 
-    default = llama_cpp.llama_model_default_params
+    default = getattr(llama_cpp, "_targ_default_params", llama_cpp.llama_model_default_params)
+    llama_cpp._targ_default_params = default
 
     def params():
         p = default()
-        p.use_extra_bufts = False
+        p.use_extra_bufts = repack
         return p
 
+    # Llama() reads the defaults when it loads the model: set them before each load
     llama_cpp.llama_model_default_params = params
     llama_cpp.llama.llama_cpp.llama_model_default_params = params
 
@@ -140,10 +146,11 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--variants", default="kernels,kernels-batch6,mlx-fp32",
                     help="comma list of kernels | kernels-batch6 | kernels-tiles | mlx-fp32 | mlx-q4")
-    ap.add_argument("--extra-bufts", action="store_true",
-                    help="let llama.cpp repack weights as it does by default (CPU_REPACK, AMX where the CPU "
-                         "has it); report both: on a Zen 4 it made llama.cpp's 1.5B prefill slower and its "
-                         "decode faster (BENCHMARKS.md); crashed in one VM that hid AMX tile state")
+    ap.add_argument("--llama-buffers", choices=("mapped", "repacked", "both"), default="mapped",
+                    help="llama.cpp's weights as mapped (default), repacked as llama.cpp does by default "
+                         "(CPU_REPACK, AMX where the CPU has it), or both in the same rounds")
+    ap.add_argument("--extra-bufts", action="store_const", const="repacked", dest="llama_buffers",
+                    help="the same as --llama-buffers repacked")
     ap.add_argument("--llama-bench", metavar="PATH",
                     help="time llama.cpp with this llama-bench binary instead of llama-cpp-python")
     ap.add_argument("--output-dir", default="runs/bench_backbone")
@@ -173,41 +180,43 @@ def main(argv=None):
         models["mlx-fp32"] = load_backbone(args.model, dtype="float32", kernels=False)
     if "mlx-q4" in variants:
         models["mlx-q4"] = load_backbone(args.model, dtype="quantized", kernels=False)
-    if args.llama_bench:
-        peer = LlamaBench(args.llama_bench, path, args.threads, args.extra_bufts)
-        timed = peer.round
-    else:
-        if not args.extra_bufts:
-            no_extra_bufts()
+    buffers = ("mapped", "repacked") if args.llama_buffers == "both" else (args.llama_buffers,)
+    peers = {}
+    for b in buffers:
+        if args.llama_bench:
+            peers[b] = LlamaBench(args.llama_bench, path, args.threads, b == "repacked").round
+            continue
+        llama_params(b == "repacked")
         # llama-cpp-python keeps n_batch rows of logits, which llama_round indexes by position: a
         # prompt over 512 tokens needs n_batch up to the context (llama.cpp still computes in
         # micro-batches of 512, n_ubatch's default)
         n_ctx = max(2048, args.prompt_tokens + args.decode_tokens + 8)
         llm = Llama(model_path=path, n_ctx=n_ctx, n_batch=512 if args.prompt_tokens + args.decode_tokens <= 512 else n_ctx,
                     n_threads=args.threads, verbose=False)
-        timed = lambda prompt, n: llama_round(llm, prompt, n)  # noqa: E731
+        peers[b] = lambda prompt, n, llm=llm: llama_round(llm, prompt, n)
     prompt = models["kernels"].tokenizer.encode(TEXT)[: args.prompt_tokens]
-    rows = {v: [] for v in variants}
+    rows = {(v, b): [] for v in variants for b in buffers}
     for r in range(args.rounds + 1):  # round 0 warms caches and is dropped
-        ref = timed(prompt, args.decode_tokens)
+        ref = {b: timed(prompt, args.decode_tokens) for b, timed in peers.items()}
         for v in variants:
             bb = models[v if v in models else "kernels"]
             batch = 6 if v.endswith("batch6") else 1
             got = mlx_round(bb, prompt, args.decode_tokens, batch)
-            ref2 = timed(prompt, args.decode_tokens)  # bracket each MLX run
-            lp = (ref[0] + ref2[0]) / 2
-            ld = (ref[1] + ref2[1]) / 2
-            print(f"round {r} {v}: MLX prefill {got[0]:.2f}s decode {got[1]:.2f}s | llama.cpp prefill {lp:.2f}s "
-                  f"decode {ld:.2f}s", flush=True)
-            if r > 0:
-                rows[v].append({"mlx_prefill_s": got[0], "mlx_decode_s": got[1], "llama_prefill_s": lp,
-                                "llama_decode_s": ld, "prefill_ratio": lp / got[0],
-                                "decode_ratio": ld / got[1] * batch})
+            ref2 = {b: timed(prompt, args.decode_tokens) for b, timed in peers.items()}  # bracket each MLX run
+            for b in buffers:
+                lp = (ref[b][0] + ref2[b][0]) / 2
+                ld = (ref[b][1] + ref2[b][1]) / 2
+                print(f"round {r} {v}: MLX prefill {got[0]:.2f}s decode {got[1]:.2f}s | llama.cpp ({b}) prefill "
+                      f"{lp:.2f}s decode {ld:.2f}s", flush=True)
+                if r > 0:
+                    rows[v, b].append({"mlx_prefill_s": got[0], "mlx_decode_s": got[1], "llama_prefill_s": lp,
+                                       "llama_decode_s": ld, "prefill_ratio": lp / got[0],
+                                       "decode_ratio": ld / got[1] * batch})
             ref = ref2
     summary = {}
-    for v, rs in rows.items():
+    for (v, b), rs in rows.items():
         med = lambda k: statistics.median(x[k] for x in rs)  # noqa: E731
-        summary[v] = {
+        summary[v if len(buffers) == 1 else f"{v} vs {b}"] = {
             "mlx_prefill_tok_s": args.prompt_tokens / med("mlx_prefill_s"),
             "mlx_decode_tok_s": args.decode_tokens * (6 if v.endswith("batch6") else 1) / med("mlx_decode_s"),
             "llama_prefill_tok_s": args.prompt_tokens / med("llama_prefill_s"),
@@ -216,19 +225,19 @@ def main(argv=None):
             "decode_ratio": med("decode_ratio"),
         }
     summary["roofline"] = roofline(models["kernels"], path)
-    meta = {"llama_cpp_extra_bufts": args.extra_bufts, "llama_cpp": "llama-bench" if args.llama_bench else "llama-cpp-python", "date": str(date.today()), "machine": f"{platform.machine()} {os.cpu_count()} cores, {platform.platform()}",
+    meta = {"llama_cpp_buffers": list(buffers), "llama_cpp": "llama-bench" if args.llama_bench else "llama-cpp-python", "date": str(date.today()), "machine": f"{platform.machine()} {os.cpu_count()} cores, {platform.platform()}",
             "blas": BLAS_STATUS, "kernels": native.status(), "model": path, "prompt_tokens": args.prompt_tokens,
             "decode_tokens": args.decode_tokens, "rounds": args.rounds, "load_avg": os.getloadavg()}
     os.makedirs(args.output_dir, exist_ok=True)
     with open(os.path.join(args.output_dir, "bench_backbone.json"), "w") as f:
-        json.dump({"meta": meta, "summary": summary, "rounds": rows}, f, indent=2)
+        json.dump({"meta": meta, "summary": summary, "rounds": {f"{v} vs {b}": rs for (v, b), rs in rows.items()}}, f, indent=2)
     print(json.dumps(meta))
-    print(f"{'variant':14} {'MLX prefill':>12} {'llama prefill':>14} {'ratio':>6} {'MLX decode':>11} {'llama decode':>13} {'ratio':>6}")
+    print(f"{'variant':22} {'MLX prefill':>12} {'llama prefill':>14} {'ratio':>6} {'MLX decode':>11} {'llama decode':>13} {'ratio':>6}")
     print("roofline (batch-1 decode is memory-bound):", json.dumps(summary["roofline"]))
     for v, s in summary.items():
         if v == "roofline":
             continue
-        print(f"{v:14} {s['mlx_prefill_tok_s']:10.0f}/s {s['llama_prefill_tok_s']:12.0f}/s {s['prefill_ratio']:6.2f} "
+        print(f"{v:22} {s['mlx_prefill_tok_s']:10.0f}/s {s['llama_prefill_tok_s']:12.0f}/s {s['prefill_ratio']:6.2f} "
               f"{s['mlx_decode_tok_s']:9.1f}/s {s['llama_decode_tok_s']:11.1f}/s {s['decode_ratio']:6.2f}")
 
 
