@@ -79,7 +79,7 @@ cat $O/cpu.txt
 XB=""; [ -z "${MAPPED:-}" ] && grep -q "llama-bench --repack 1 rc 0" $O/cpu.txt && XB="--extra-bufts"
 BB="env $CPU_ENV taskset -c $CPUS python3 scripts/bench_backbone.py --threads 2 --decode-tokens 32 --variants kernels --llama-bench $LBX $XB"; ROUNDS=${ROUNDS:-2}
 if grep -q "llama-bench --repack [01] rc 0" $O/cpu.txt; then
-  for defs in "" ${SMOL_DEFINES:-}; do
+  for defs in "" ${SMOL_DEFINES:+"$SMOL_DEFINES"}; do  # the default build, then SMOL_DEFINES as one build
     [ $(left) -gt 45 ] && { el "SmolLM2 ${defs:-(default build)}" | tee -a $O/cpu.txt; TARG_MLX_NATIVE_DEFINES="$defs" \
       timeout $(( $(left) > 95 ? 90 : $(left) - 5 )) $BB --model /tmp/m/smollm2.gguf --rounds 3 --output-dir /tmp/bb 2>&1 | tail -6 | tee -a $O/cpu.txt; }
   done

@@ -161,6 +161,8 @@ struct KV {  // a (B, H, S, D) view: element (b, h, s, d) at base[b*sb + h*sh + 
   long sb, sh, ss;
 };
 
+constexpr int kAttnQueries = 16;  // queries of one head per attention task (they share key blocks)
+
 #if TARG_AVX512
 // Lane j of the result is the sum of the lanes of a[j], added in the same tree as
 // _mm512_reduce_add_ps (lanes i and i+8, then i and i+4, then i and i+2, then the last two), so
@@ -246,7 +248,7 @@ inline void attend_queries(const float* q, size_t q_stride, int nq, const int* n
     for (int i = 0; i < nq; i++)
       for (int j = j0, e = std::min(n[i], j0 + kAttnKeys); j < e; j += 16)
         scores16<DC>(q + i * q_stride, kp + j, std::min(16, e - j), scale, sc + (size_t)i * ld_sc + j);
-  float z[64];
+  float z[kAttnQueries];
   for (int i = 0; i < nq; i++) {
     float* si = sc + (size_t)i * ld_sc;
     z[i] = n[i] ? exp_sub_sum(si, max_of(si, n[i]), si, n[i]) : 1.f;
@@ -344,7 +346,7 @@ inline void attention(const float* q, const KV& K, const KV& V, const int32_t* p
                       int L, int S, int D, float scale, float* out, const Shared* pre = nullptr) {
   const int group = Hq / Hkv;
   const long ld_out = (long)Hq * D;
-  const int QB = 16;  // queries per task
+  constexpr int QB = kAttnQueries;
   const int qblocks = (L + QB - 1) / QB;
   const int P = pre ? pre->P : 0;
   parallel_range(B * Hq * qblocks, 1, 1, [&](int t0, int t1) {
