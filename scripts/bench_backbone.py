@@ -8,6 +8,8 @@ are taken per round (the machine is shared and noisy), medians reported. Variant
     kernels-batch6  the same, 6 rows decoded together (the variance gate's draft)
     kernels-tiles   the kernels with every K-quant matrix repacked into 16-column tiles
                     (TARG_MLX_KQUANT=repacked), to compare with the blocks read as stored
+    kernels-4k      the kernels with their weights kept on 4 KB pages (a second copy), against
+                    `kernels` on 2 MB pages (--huge-pages; targ_mlx/runtime/native/pages.py)
     mlx-fp32        mlx-lm's own layers, weights dequantized to float32, OpenBLAS (no kernels)
     mlx-q4          mlx-lm's own quantized layers (MLX's CPU quantized matmul; no kernels)
 
@@ -44,6 +46,7 @@ import mlx.core as mx
 import numpy as np
 
 from targ_mlx.runtime import native
+from targ_mlx.runtime.native import pages
 from targ_mlx._blas import BLAS_STATUS
 from targ_mlx.runtime.backbone import alias_path, load_backbone
 
@@ -145,7 +148,11 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--variants", default="kernels,kernels-batch6,mlx-fp32",
-                    help="comma list of kernels | kernels-batch6 | kernels-tiles | mlx-fp32 | mlx-q4")
+                    help="comma list of kernels | kernels-batch6 | kernels-tiles | kernels-4k | mlx-fp32 | mlx-q4 "
+                         "(kernels-4k: a second copy of the weights kept on 4 KB pages)")
+    ap.add_argument("--huge-pages", choices=("collapse", "advise", "off"), default="collapse",
+                    help="the kernels' weights on 2 MB pages now (default: as the eval, server and chat load "
+                         "them), when the kernel gets to it (advise: as `targ ask` loads them), or never")
     ap.add_argument("--llama-buffers", choices=("mapped", "repacked", "both"), default="mapped",
                     help="llama.cpp's weights as mapped (default), repacked as llama.cpp does by default "
                          "(CPU_REPACK, AMX where the CPU has it), or both in the same rounds")
@@ -167,7 +174,9 @@ def main(argv=None):
     variants = args.variants.split(",")
     if native.module() is None:
         sys.exit(f"the CPU kernels are unavailable: {native.status()}")
-    models = {"kernels": load_backbone(args.model, kernels=True)}  # by name, whatever native.ops() chose
+    models = {"kernels": load_backbone(args.model, kernels=True, huge_pages=args.huge_pages)}  # by name
+    if "kernels-4k" in variants:
+        models["kernels-4k"] = load_backbone(args.model, kernels=True, huge_pages="off")
     if "kernels-tiles" in variants:
         before = os.environ.get("TARG_MLX_KQUANT")
         os.environ["TARG_MLX_KQUANT"] = "repacked"  # read when the model loads
@@ -227,7 +236,9 @@ def main(argv=None):
     summary["roofline"] = roofline(models["kernels"], path)
     meta = {"llama_cpp_buffers": list(buffers), "llama_cpp": "llama-bench" if args.llama_bench else "llama-cpp-python", "date": str(date.today()), "machine": f"{platform.machine()} {os.cpu_count()} cores, {platform.platform()}",
             "blas": BLAS_STATUS, "kernels": native.status(), "model": path, "prompt_tokens": args.prompt_tokens,
-            "decode_tokens": args.decode_tokens, "rounds": args.rounds, "load_avg": os.getloadavg()}
+            "decode_tokens": args.decode_tokens, "rounds": args.rounds, "load_avg": os.getloadavg(),
+            "huge_pages": {"mode": args.huge_pages, "weights_bytes": models["kernels"].info.get("huge_pages", 0),
+                           "anon_huge_bytes": pages.anon_huge_bytes()}}
     os.makedirs(args.output_dir, exist_ok=True)
     with open(os.path.join(args.output_dir, "bench_backbone.json"), "w") as f:
         json.dump({"meta": meta, "summary": summary, "rounds": {f"{v} vs {b}": rs for (v, b), rs in rows.items()}}, f, indent=2)

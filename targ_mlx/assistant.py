@@ -87,7 +87,7 @@ class Assistant:
         """Load another model (slow: call it from a worker) and re-resolve tau under its key."""
         from targ_mlx.runtime.backbone import load_backbone
 
-        bb = load_backbone(spec)
+        bb = load_backbone(spec, huge_pages="collapse")  # the chat's model switch: it runs as long as the chat
         self.backbone = bb
         self.settings = self.settings.with_gate(self.settings.gate, self.config, bb.model_id)
         return bb

@@ -36,7 +36,7 @@ def make_loader(cfg, settings, folders: list[str] | None = None, retriever_mode:
         from targ_mlx.index.background import BuildingIndex
 
         progress(f"loading model {cfg.model}")
-        bb = load_backbone(cfg.model)
+        bb = load_backbone(cfg.model, huge_pages="collapse")  # a chat runs long: 2 MB pages now
         retriever, index_id = None, None
         try:
             from targ_mlx import index

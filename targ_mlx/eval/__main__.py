@@ -269,7 +269,7 @@ def run(args) -> int:
         args.index = folder
         args.retriever = args.retriever or _resumed_retriever(root, [n for n, _ in sets])
         retriever = index.open_indexes([folder], retriever=args.retriever)
-        bb = load_backbone(args.model or default_model())
+        bb = load_backbone(args.model or default_model(), huge_pages="collapse")  # runs for hours
         if args.db:
             from targ_mlx.decision_log import DecisionLog
 

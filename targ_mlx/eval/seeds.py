@@ -171,7 +171,7 @@ def draw(run_dir: Path, seeds: Sequence[int], model: str | None = None, quiet: b
     cfg = json.loads((run_dir / "config.json").read_text())
     records = read_jsonl(run_dir / RECORDS)
     have, _ = resume_jsonl(run_dir / SEEDS_FILE)
-    bb = load_backbone(model or cfg["model"])
+    bb = load_backbone(model or cfg["model"], huge_pages="collapse")
     for seed in seeds:
         if seed == int(cfg["settings"]["seed"]):
             logger.warning("seed %d is the run's own: its samples are in %s already", seed, RECORDS)

@@ -96,7 +96,7 @@ class Backbone:
         return self.engine.select(logits, inv_temp, u)
 
 
-def load_backbone(spec: str, dtype: str = "auto", kernels: bool | None = None) -> Backbone:
+def load_backbone(spec: str, dtype: str = "auto", kernels: bool | None = None, huge_pages: str = "advise") -> Backbone:
     """Load a model by alias, GGUF path, local MLX folder or Hugging Face repo id.
 
     Args:
@@ -108,6 +108,9 @@ def load_backbone(spec: str, dtype: str = "auto", kernels: bool | None = None) -
             float32 for small models on CPU), "float32", "float16", "bfloat16" or "quantized".
         kernels: run on targ_mlx's CPU kernels (`targ_mlx.runtime.native`); None means "where they
             help": a CPU-only MLX, dtype "auto" or "quantized", and a supported architecture.
+        huge_pages: on the kernels, the weights' memory pages (`targ_mlx.runtime.native.pages`):
+            "advise" (free at load; 2 MB pages come over minutes), "collapse" (2 MB pages now,
+            ~2-3 s for the 1.5B: what the long-running apps ask for) or "off".
     """
     if not spec or not spec.strip():
         raise ModelLoadError("empty model spec; pass an alias (smollm2-135m), a .gguf path or an mlx-lm repo id")
@@ -128,6 +131,7 @@ def load_backbone(spec: str, dtype: str = "auto", kernels: bool | None = None) -
         bb.model_id = model_key(spec)
         if use_kernels and bb.engine.name != "targ_mlx.runtime.native":
             _attach_kernels(bb, kmod)
+        bb.info["huge_pages"] = bb.engine.huge_pages(huge_pages)
         bb.info["kernels"] = "targ_mlx.runtime.native " + native.status() if bb.engine.name == "targ_mlx.runtime.native" else "mlx"
         if bb.engine.name == "mlx" and sys.platform == "linux" and mx.default_device() == mx.cpu and _blas.BLAS_PATH is None:
             logger.warning("MLX runs on CPU with its reference BLAS (%s); call targ_mlx.bind_openblas() before "

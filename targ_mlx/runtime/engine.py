@@ -36,6 +36,8 @@ class Engine(Protocol):
 
     def row(self, cache: list[Any], b: int) -> list[Any]: ...
 
+    def huge_pages(self, mode: str) -> int: ...
+
 
 class MlxLMEngine:
     """mlx-lm's own layers: Metal, CUDA, or MLX's CPU ops. Shared rows are copies of the prompt's keys."""
@@ -100,3 +102,8 @@ class MlxLMEngine:
             kv.offset = c.offset
             out.append(kv)
         return out
+
+    def huge_pages(self, mode: str) -> int:
+        """Page sizes are the CPU kernels' concern (their weights stream once a token); MLX's own
+        arrays stay as its allocator made them."""
+        return 0

@@ -74,7 +74,7 @@ def build(args: argparse.Namespace):
 
     cfg = load_config(args.config).merged(model=args.model, db=args.db)
     settings = settings_from_args(args, cfg, model_key(cfg.model))
-    bb = load_backbone(cfg.model)
+    bb = load_backbone(cfg.model, huge_pages="collapse")  # a server decodes for hours: 2 MB pages now
     log = DecisionLog(cfg.db)
     # the log's schema knows the sources chat, eval, ask: a served answer is an ask, its session says serve
     assistant = Assistant(bb, open_index(index_folders(args.index, cfg.index), args.retriever), settings, log=log, source="ask",

@@ -7,6 +7,7 @@ from typing import Any, Sequence
 
 import mlx.core as mx
 
+from targ_mlx.runtime.native import pages
 from targ_mlx.runtime.native.model import NativeLM, SharedPrefixCache
 
 
@@ -44,3 +45,7 @@ class NativeEngine:
 
     def row(self, cache: list[Any], b: int) -> list[Any]:
         return [c.row(b) for c in cache]
+
+    def huge_pages(self, mode: str) -> int:
+        """The weights on 2 MB pages (`pages.huge_pages`); bytes the OS took the request for."""
+        return pages.huge_pages(self.lm.state().values(), mode)

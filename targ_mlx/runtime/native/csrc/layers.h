@@ -349,37 +349,74 @@ inline void attention(const float* q, const KV& K, const KV& V, const int32_t* p
   constexpr int QB = kAttnQueries;
   const int qblocks = (L + QB - 1) / QB;
   const int P = pre ? pre->P : 0;
+  // The keys row b's kv head kh shows a query at cache position hl: the shared prompt's (less its
+  // padding), then its own up to hl (less its padding). Returns how many; n0 = the shared ones.
+  auto gather = [&](int b, int kh, int hl, const float** kp, const float** vp, int& n0) {
+    const int p = pad ? pad[b] : 0;
+    n0 = 0;
+    if (pre) {
+      // rows are checked where they are made (native/model.py SharedPrefixCache); clamp
+      // rather than read outside the array should a caller pass a bad one
+      int r = std::min(std::max(pre->rows[b], 0), pre->R - 1), pp = pre->pad ? pre->pad[r] : 0;
+      const float* kb = pre->K.base + r * pre->K.sb + kh * pre->K.sh;
+      const float* vb = pre->V.base + r * pre->V.sb + kh * pre->V.sh;
+      for (int j = 0; j < P; j++) {
+        if (j >= pre->hole && j < pre->hole + pp) continue;
+        kp[n0] = kb + (long)j * pre->K.ss, vp[n0] = vb + (long)j * pre->V.ss, n0++;
+      }
+    }
+    const float* kb = K.base + b * K.sb + kh * K.sh;
+    const float* vb = V.base + b * V.sb + kh * V.sh;
+    int nk = n0;
+    for (int j = 0; j < std::min(hole, hl + 1); j++) kp[nk] = kb + (long)j * K.ss, vp[nk] = vb + (long)j * V.ss, nk++;
+    for (int j = hole + p; j <= hl; j++) kp[nk] = kb + (long)j * K.ss, vp[nk] = vb + (long)j * V.ss, nk++;
+    return nk;
+  };
+  // query at cache position hi of row b: how many keys it sees (0 at a padding position)
+  auto visible = [&](int b, int n0, int hi) {
+    const int p = pad ? pad[b] : 0;
+    if (hi >= hole && hi < hole + p) return 0;
+    return n0 + std::min(hole, hi + 1) + std::max(0, hi - (hole + p) + 1);
+  };
+#if TARG_AVX512
+  // A decode step (one query per row): the `group` query heads of a kv head see the same keys, so
+  // they go through attend_queries together as one block of queries and each key and value is
+  // read once per kv head instead of once per query head (6x less traffic for the 1.5B's GQA; at
+  // 700 cached positions its per-head tasks ran at ~1/6 of the FMA rate, BENCHMARKS.md). Each
+  // query's operations are the per-head path's, so the bits are the same.
+#ifndef TARG_ATTN_GROUPS
+#define TARG_ATTN_GROUPS 1  // 0: every query head its own task (scripts/bench_attention.cpp times both)
+#endif
+  if (TARG_ATTN_GROUPS && L == 1 && (D == 64 || D == 128) && group > 1 && group <= QB) {
+    parallel_range(B * Hkv, 1, 1, [&](int t0, int t1) {
+      std::vector<const float*> kp(P + S), vp(P + S);
+      std::vector<float> blk_sc((size_t)group * (P + S)), blk_acc((size_t)group * D);
+      for (int t = t0; t < t1; t++) {
+        const int b = t / Hkv, kh = t % Hkv;
+        int n0;
+        gather(b, kh, S - 1, kp.data(), vp.data(), n0);
+        int nq[QB];
+        std::fill(nq, nq + group, visible(b, n0, S - 1));
+        const float* q0 = q + ((size_t)b * Hq + (size_t)kh * group) * D;  // L = 1: heads D apart
+        float* o0 = out + (size_t)b * ld_out + (size_t)kh * group * D;
+        if (D == 64) attend_queries<4>(q0, D, group, nq, kp.data(), vp.data(), scale, o0, D, blk_sc.data(), P + S, blk_acc.data());
+        else attend_queries<8>(q0, D, group, nq, kp.data(), vp.data(), scale, o0, D, blk_sc.data(), P + S, blk_acc.data());
+      }
+    });
+    return;
+  }
+#endif
   parallel_range(B * Hq * qblocks, 1, 1, [&](int t0, int t1) {
     std::vector<float> sc(P + S), acc(D), blk_sc, blk_acc;
     std::vector<const float*> kp(P + S), vp(P + S);
     for (int t = t0; t < t1; t++) {
       int qb = t % qblocks, bh = t / qblocks, b = bh / Hq, h = bh % Hq, kh = h / group;
-      int p = pad ? pad[b] : 0;
-      int n0 = 0;  // visible shared keys
-      if (pre) {
-        // rows are checked where they are made (native/model.py SharedPrefixCache); clamp
-        // rather than read outside the array should a caller pass a bad one
-        int r = std::min(std::max(pre->rows[b], 0), pre->R - 1), pp = pre->pad ? pre->pad[r] : 0;
-        const float* kb = pre->K.base + r * pre->K.sb + kh * pre->K.sh;
-        const float* vb = pre->V.base + r * pre->V.sb + kh * pre->V.sh;
-        for (int j = 0; j < P; j++) {
-          if (j >= pre->hole && j < pre->hole + pp) continue;
-          kp[n0] = kb + (long)j * pre->K.ss, vp[n0] = vb + (long)j * pre->V.ss, n0++;
-        }
-      }
-      const float* kb = K.base + b * K.sb + kh * K.sh;
-      const float* vb = V.base + b * V.sb + kh * V.sh;
       // the block's last query sees the most keys; each other query sees a prefix of them
       const int i0 = qb * QB, i1 = std::min(L, (qb + 1) * QB), hl = S - L + i1 - 1;
-      int nk = n0;
-      for (int j = 0; j < std::min(hole, hl + 1); j++) kp[nk] = kb + (long)j * K.ss, vp[nk] = vb + (long)j * V.ss, nk++;
-      for (int j = hole + p; j <= hl; j++) kp[nk] = kb + (long)j * K.ss, vp[nk] = vb + (long)j * V.ss, nk++;
+      int n0;
+      gather(b, kh, hl, kp.data(), vp.data(), n0);
       int nq[QB];
-      for (int i = i0; i < i1; i++) {
-        const int hi = S - L + i;
-        const int vis = n0 + std::min(hole, hi + 1) + std::max(0, hi - (hole + p) + 1);
-        nq[i - i0] = (hi >= hole && hi < hole + p) ? 0 : vis;  // a padding position: nothing to attend to
-      }
+      for (int i = i0; i < i1; i++) nq[i - i0] = visible(b, n0, S - L + i);
 #if TARG_AVX512
       if (D == 64 || D == 128) {
         const float* q0 = q + (((size_t)b * Hq + h) * L + i0) * D;
