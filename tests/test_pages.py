@@ -27,8 +27,13 @@ def test_spans_merge_neighbours_and_keep_whole_huge_pages_inside():
 
 
 def test_an_unknown_mode_names_the_choices():
+    from targ_mlx.errors import ModelLoadError
+    from targ_mlx.runtime.backbone import load_backbone
+
     with pytest.raises(ValueError, match=r"'huge'.*advise, collapse, off"):
         pages.huge_pages([], "huge")
+    with pytest.raises(ModelLoadError, match=r"huge_pages='big': use one of advise, collapse, off"):
+        load_backbone("smollm2-135m", huge_pages="big")
 
 
 def _thp_mode() -> str:

@@ -19,6 +19,7 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from targ_mlx import _blas
 from targ_mlx.runtime import native
+from targ_mlx.runtime.native import pages as native_pages
 from targ_mlx.runtime.engine import Engine, MlxLMEngine
 from targ_mlx.errors import ModelLoadError
 from targ_mlx.runtime.model_spec import ALIASES, alias_path, model_key
@@ -114,6 +115,8 @@ def load_backbone(spec: str, dtype: str = "auto", kernels: bool | None = None, h
     """
     if not spec or not spec.strip():
         raise ModelLoadError("empty model spec; pass an alias (smollm2-135m), a .gguf path or an mlx-lm repo id")
+    if huge_pages not in native_pages.MODES:
+        raise ModelLoadError(f"huge_pages={huge_pages!r}: use one of {', '.join(native_pages.MODES)}")
     # None: where they were measured faster (native.ops()); True: by name, whatever the measurement
     kmod = native.ops() if kernels is None else native.module() if kernels else None
     use_kernels = (dtype in ("auto", "quantized") and kmod is not None) if kernels is None else kernels

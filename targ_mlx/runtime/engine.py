@@ -2,7 +2,8 @@
 
 An engine feeds tokens through a KV cache and turns hidden states into logits (`hidden`, `head`,
 `advance`, `last_logits`), decodes one step for a batch (`step`), picks tokens with the gate's
-statistics (`select`), and lets several rows read one prompt's keys (`share_rows`, `row`). Two
+statistics (`select`), lets several rows read one prompt's keys (`share_rows`, `row`), and puts its
+weights on 2 MB pages where that helps (`huge_pages`). Two
 implement it: `MlxLMEngine` here (plain mlx-lm layers; the default, any device) and
 `targ_mlx.runtime.native.engine.NativeEngine` (the CPU kernels). Nothing above the backbone asks which
 one runs.
