@@ -77,8 +77,8 @@ def huge_pages(arrays: Iterable[mx.array], mode: str = "advise") -> int:
     return done
 
 
-def anon_huge_bytes() -> int:
-    """This process's memory on transparent huge pages now (0 where the OS does not say)."""
+def anon_huge_bytes() -> int | None:
+    """This process's memory on transparent huge pages now (None where the OS does not say)."""
     try:
         with open("/proc/self/smaps_rollup") as f:
             for line in f:
@@ -86,4 +86,4 @@ def anon_huge_bytes() -> int:
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
-    return 0
+    return None
