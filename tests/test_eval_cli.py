@@ -43,6 +43,7 @@ def test_eval_resumes_and_logs_decisions(tmp_path, small_index_dir):
     assert len((out / "records.jsonl").read_text().splitlines()) == 2
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["run"]["records_new"] == 2  # a rerun that recorded nothing keeps the run that did
+    assert cfg["run"]["kernels"] and "huge_pages_bytes" in cfg["run"]  # what the throughput ran on
     assert main([*args, "--limit", "3"]) == 0
     cfg = json.loads((out / "config.json").read_text())
     assert [r["records_new"] for r in cfg["runs"]] == [2, 1]  # every run's throughput, the first included

@@ -145,7 +145,9 @@ def evaluate_dataset(name, items, args, out: Path, bb, retriever, log, session) 
         rec_s = time.perf_counter() - t0 - lat_s[0]
         new = len(records) - before
         run_info = {"records_new": new, "records_seconds": rec_s,
-                    "questions_per_hour": 3600.0 * new / rec_s if new and rec_s > 0 else None}
+                    "questions_per_hour": 3600.0 * new / rec_s if new and rec_s > 0 else None,
+                    # what ran, so a throughput is read against its kernels and page size
+                    "kernels": bb.info.get("kernels"), "huge_pages_bytes": bb.info.get("huge_pages")}
         never = {r["id"]: r["never"]["answer"] for r in records}
         timed = [it for it in items if it.id in timed_ids and it.id in never]
         t0 = time.perf_counter()
