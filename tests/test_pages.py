@@ -45,7 +45,7 @@ def _thp_mode() -> str:
     return m.group(1) if m else "none"
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux") or _thp_mode() == "never" or _thp_mode() == "none",
+@pytest.mark.skipif(not sys.platform.startswith("linux") or _thp_mode() in ("never", "none"),
                     reason="no transparent huge pages on this OS")
 def test_collapsed_weights_sit_on_huge_pages_and_give_the_same_logits():
     from targ_mlx.runtime.backbone import load_backbone

@@ -162,6 +162,9 @@ struct KV {  // a (B, H, S, D) view: element (b, h, s, d) at base[b*sb + h*sh + 
 };
 
 constexpr int kAttnQueries = 16;  // queries of one head per attention task (they share key blocks)
+#ifndef TARG_ATTN_GROUPS
+#define TARG_ATTN_GROUPS 1  // decode: a kv head's query heads as one task; 0: one task per query head
+#endif                      // (scripts/bench_attention.cpp builds both to time them)
 
 #if TARG_AVX512
 // Lane j of the result is the sum of the lanes of a[j], added in the same tree as
@@ -349,11 +352,12 @@ inline void attention(const float* q, const KV& K, const KV& V, const int32_t* p
   constexpr int QB = kAttnQueries;
   const int qblocks = (L + QB - 1) / QB;
   const int P = pre ? pre->P : 0;
-  // The keys row b's kv head kh shows a query at cache position hl: the shared prompt's (less its
-  // padding), then its own up to hl (less its padding). Returns how many; n0 = the shared ones.
-  auto gather = [&](int b, int kh, int hl, const float** kp, const float** vp, int& n0) {
+  // The keys row b's kv head kh shows a query at cache position hl into kp/vp: the shared
+  // prompt's (less its padding), then its own up to hl (less its padding). Returns how many of
+  // them are the shared prompt's.
+  auto gather = [&](int b, int kh, int hl, const float** kp, const float** vp) {
     const int p = pad ? pad[b] : 0;
-    n0 = 0;
+    int n0 = 0;
     if (pre) {
       // rows are checked where they are made (native/model.py SharedPrefixCache); clamp
       // rather than read outside the array should a caller pass a bad one
@@ -370,7 +374,7 @@ inline void attention(const float* q, const KV& K, const KV& V, const int32_t* p
     int nk = n0;
     for (int j = 0; j < std::min(hole, hl + 1); j++) kp[nk] = kb + (long)j * K.ss, vp[nk] = vb + (long)j * V.ss, nk++;
     for (int j = hole + p; j <= hl; j++) kp[nk] = kb + (long)j * K.ss, vp[nk] = vb + (long)j * V.ss, nk++;
-    return nk;
+    return n0;
   };
   // query at cache position hi of row b: how many keys it sees (0 at a padding position)
   auto visible = [&](int b, int n0, int hi) {
@@ -384,17 +388,13 @@ inline void attention(const float* q, const KV& K, const KV& V, const int32_t* p
   // read once per kv head instead of once per query head (6x less traffic for the 1.5B's GQA; at
   // 700 cached positions its per-head tasks ran at ~1/6 of the FMA rate, BENCHMARKS.md). Each
   // query's operations are the per-head path's, so the bits are the same.
-#ifndef TARG_ATTN_GROUPS
-#define TARG_ATTN_GROUPS 1  // 0: every query head its own task (scripts/bench_attention.cpp times both)
-#endif
   if (TARG_ATTN_GROUPS && L == 1 && (D == 64 || D == 128) && group > 1 && group <= QB) {
     parallel_range(B * Hkv, 1, 1, [&](int t0, int t1) {
       std::vector<const float*> kp(P + S), vp(P + S);
       std::vector<float> blk_sc((size_t)group * (P + S)), blk_acc((size_t)group * D);
       for (int t = t0; t < t1; t++) {
         const int b = t / Hkv, kh = t % Hkv;
-        int n0;
-        gather(b, kh, S - 1, kp.data(), vp.data(), n0);
+        const int n0 = gather(b, kh, S - 1, kp.data(), vp.data());
         int nq[QB];
         std::fill(nq, nq + group, visible(b, n0, S - 1));
         const float* q0 = q + ((size_t)b * Hq + (size_t)kh * group) * D;  // L = 1: heads D apart
@@ -413,8 +413,7 @@ inline void attention(const float* q, const KV& K, const KV& V, const int32_t* p
       int qb = t % qblocks, bh = t / qblocks, b = bh / Hq, h = bh % Hq, kh = h / group;
       // the block's last query sees the most keys; each other query sees a prefix of them
       const int i0 = qb * QB, i1 = std::min(L, (qb + 1) * QB), hl = S - L + i1 - 1;
-      int n0;
-      gather(b, kh, hl, kp.data(), vp.data(), n0);
+      const int n0 = gather(b, kh, hl, kp.data(), vp.data());
       int nq[QB];
       for (int i = i0; i < i1; i++) nq[i - i0] = visible(b, n0, S - L + i);
 #if TARG_AVX512
