@@ -19,7 +19,7 @@ from pathlib import Path
 
 from sqlite_utils import Database
 
-from targ_mlx.decision_log import DecisionLog
+from targ_mlx.log.decisions import DecisionLog
 from targ_mlx.records import Answer, Latency, PassageRef, TokenCounts
 
 DEFAULT_N = 2000

@@ -59,8 +59,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from targ_mlx.assistant import Assistant
     from targ_mlx.config import Config
-    from targ_mlx.decision_log import DecisionLog
     from targ_mlx.flags import open_index
+    from targ_mlx.log.decisions import DecisionLog
     from targ_mlx.runtime.backbone import load_backbone
     from targ_mlx.server.app import make_app
     from targ_mlx.settings import Settings

@@ -21,8 +21,8 @@ from targ_mlx import bind_openblas
 bind_openblas()  # before mlx.core loads
 
 from targ_mlx.assistant import Assistant, Settings
+from targ_mlx.log.decisions import DecisionLog
 from targ_mlx.runtime.backbone import load_backbone
-from targ_mlx.decision_log import DecisionLog
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "qa", "nq_open_dev.jsonl")
 

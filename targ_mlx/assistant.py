@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from targ_mlx import runner
-from targ_mlx.runtime.backbone import Backbone
-from targ_mlx.calibration_rows import budget_tau, fit_tau, score_rows
 from targ_mlx.config import Config, load_config, save_tau
-from targ_mlx.decision_log import DecisionLog
 from targ_mlx.errors import NoRetrieverError, TargError  # noqa: F401  (re-exported)
+from targ_mlx.log.calibration_rows import budget_tau, fit_tau, score_rows
+from targ_mlx.log.decisions import DecisionLog
 from targ_mlx.records import Answer
 from targ_mlx.retrieval import Retriever
+from targ_mlx.runtime.backbone import Backbone
 from targ_mlx.settings import Settings  # noqa: F401  (re-exported: Assistant(bb, r, Settings(...)))
 
 

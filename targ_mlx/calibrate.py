@@ -30,10 +30,10 @@ from targ_mlx.calibration import (
     retrieval_rate,
     text_histogram,
 )
-from targ_mlx.calibration_rows import MIN_ROWS, NotEnoughRowsError, labelled_rows, score_rows
 from targ_mlx.config import GATES, Config, default_config_path, load_config, save_tau
-from targ_mlx.decision_log import SOURCES, DecisionLog
 from targ_mlx.errors import run_cli
+from targ_mlx.log.calibration_rows import MIN_ROWS, NotEnoughRowsError, labelled_rows, score_rows
+from targ_mlx.log.decisions import SOURCES, DecisionLog
 
 DEFAULT_BINS = 20
 _SPAN = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")

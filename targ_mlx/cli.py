@@ -18,9 +18,9 @@ from targ_mlx.defaults import (
     DEFAULT_TOP_K,
     PROMPT_STYLES,
 )
-from targ_mlx.gates import SCORED_GATES
 from targ_mlx.errors import QuestionError
 from targ_mlx.flags import add_common_args, index_folders, open_index, settings_from_args
+from targ_mlx.gates import SCORED_GATES
 
 logger = logging.getLogger(__name__)
 
@@ -54,8 +54,8 @@ def setup_arg_parser() -> argparse.ArgumentParser:
 def ask(args: argparse.Namespace) -> int:
     bind_openblas()  # before the first import of mlx.core (the assistant's)
     from targ_mlx.assistant import Assistant
-    from targ_mlx.runtime.backbone import load_backbone
     from targ_mlx.config import load_config
+    from targ_mlx.runtime.backbone import load_backbone
     from targ_mlx.runtime.model_spec import model_key
 
     cfg = load_config(args.config).merged(model=args.model, db=args.db)
@@ -64,7 +64,7 @@ def ask(args: argparse.Namespace) -> int:
         raise QuestionError("--chat continues a chat saved in the decision log; drop --no-log")
     log = None
     if not args.no_log:
-        from targ_mlx.decision_log import DecisionLog
+        from targ_mlx.log.decisions import DecisionLog
 
         log = DecisionLog(cfg.db)
     history = chat_history(log, args.chat) if args.chat else []

@@ -13,7 +13,7 @@ def main(argv):
     the gate: the config's default gate is the evidence gate, which these rows do not score."""
     return calibrate_main(argv if "--gate" in argv or "--help" in argv else ["--gate", "margin", *argv])
 from targ_mlx.config import load_config
-from targ_mlx.decision_log import DecisionLog
+from targ_mlx.log.decisions import DecisionLog
 from targ_mlx.records import Answer
 
 

@@ -25,7 +25,7 @@ def test_ask_json_and_log(tmp_path, capsys, backbone):
     rec = json.loads(capsys.readouterr().out)
     assert rec["gate"] == "margin" and rec["retrieved"] is False and rec["k"] == 6
     assert rec["tokens"]["draft"] <= 6 and rec["answer"]
-    from targ_mlx.decision_log import DecisionLog
+    from targ_mlx.log.decisions import DecisionLog
 
     rows = DecisionLog(str(db)).rows()
     assert len(rows) == 1 and rows[0]["source"] == "ask" and rows[0]["query"] == "Who wrote Hamlet?"
@@ -47,7 +47,7 @@ def test_ask_json_carries_what_the_evidence_gate_looked_at_and_why(tmp_path, cap
     assert rec["score"] == rec["scores"]["evidence"] and rec["retrieved"] == (rec["score"] > rec["tau"])
     assert rec["reason"] and ("read" in rec["reason"] or "memory" in rec["reason"])
     assert rec["latency"]["retrieval"] > 0  # the search is counted on every question
-    from targ_mlx.decision_log import DecisionLog
+    from targ_mlx.log.decisions import DecisionLog
 
     row = DecisionLog(str(db)).rows()[0]
     assert row["extra"]["reason"] == rec["reason"] and len(row["extra"]["found"]) == len(rec["found"])
@@ -72,7 +72,7 @@ def test_errors_are_one_line(tmp_path, capsys, argv, message):
 
 
 def test_library_never_imports_textual():
-    code = ("import targ_mlx, targ_mlx.assistant, targ_mlx.cli, targ_mlx.decision_log, targ_mlx.index, sys; "
+    code = ("import targ_mlx, targ_mlx.assistant, targ_mlx.cli, targ_mlx.log.decisions, targ_mlx.index, sys; "
             "assert 'textual' not in sys.modules and 'tui' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -119,7 +119,7 @@ def test_serve_without_the_serve_extra_is_one_line_naming_the_extra():
 
 def test_importing_the_package_does_no_work():
     """`import targ_mlx` loads neither MLX nor OpenBLAS; the entry points bind it when they start."""
-    code = ("import sys, targ_mlx, targ_mlx._blas as b, targ_mlx.config, targ_mlx.settings, targ_mlx.decision_log; "
+    code = ("import sys, targ_mlx, targ_mlx._blas as b, targ_mlx.config, targ_mlx.settings, targ_mlx.log.decisions; "
             "assert 'mlx.core' not in sys.modules, 'mlx'; assert b.BLAS_STATUS == 'not attempted', b.BLAS_STATUS")
     subprocess.run([sys.executable, "-c", code], check=True)
 

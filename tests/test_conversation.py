@@ -16,7 +16,7 @@ from targ_mlx.conversation import (
     search_queries,
     turns_from_messages,
 )
-from targ_mlx.decision_log import DecisionLog
+from targ_mlx.log.decisions import DecisionLog
 from targ_mlx.retrieval import Passage, fuse
 
 CAST = [json.loads(line) for line in (Path(__file__).parent / "fixtures" / "cast_turns.jsonl").open()]

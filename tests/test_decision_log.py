@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 from sqlite_utils import Database
 
-from targ_mlx.decision_log import (
+from targ_mlx.log.calibration_rows import score_rows
+from targ_mlx.log.decisions import (
     SCHEMA_VERSION,
     DecisionLog,
     DecisionLogLockedError,
     SchemaVersionError,
     UnknownDecisionError,
 )
-from targ_mlx.calibration_rows import score_rows
 from targ_mlx.records import Answer, Latency, PassageRef, TokenCounts
 
 REPO = Path(__file__).resolve().parents[1]
@@ -281,7 +281,7 @@ def test_locked_file_gives_one_clear_error(tmp_path):
 # Runs in a child process: writes N decisions, printing each id once it is committed.
 WRITER = """
 import sys
-from targ_mlx.decision_log import DecisionLog
+from targ_mlx.log.decisions import DecisionLog
 from targ_mlx.records import Answer
 path, n, tag = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 log = DecisionLog(path)

@@ -51,7 +51,8 @@ def test_eval_resumes_and_logs_decisions(tmp_path, small_index_dir):
     assert len(ids) == len(set(ids)) == 3
     # the dev/test split is by position, so the resumed file lists the questions in the sample's
     # order (its new question sorts between the first two), and the report reads them so
-    from targ_mlx.eval.datasets import read_jsonl as read_items, sample
+    from targ_mlx.eval.datasets import read_jsonl as read_items
+    from targ_mlx.eval.datasets import sample
 
     assert ids == [it.id for it in sample(read_items(NQ), 3, 0)] != [*first_ids, *set(ids) - set(first_ids)]
     lines = (out / "records.jsonl").read_text().splitlines()
@@ -64,8 +65,8 @@ def test_eval_resumes_and_logs_decisions(tmp_path, small_index_dir):
     text = (out / "summary.md").read_text()
     assert "| Never |" in text and "Margin" in text and "Verdict" in text
 
-    from targ_mlx.calibration_rows import score_rows
-    from targ_mlx.decision_log import DecisionLog
+    from targ_mlx.log.calibration_rows import score_rows
+    from targ_mlx.log.decisions import DecisionLog
 
     log = DecisionLog(str(db))
     rows = log.rows()
@@ -103,7 +104,8 @@ def test_second_corpus_reuses_the_corpus_free_fields(tmp_path, small_index_dir, 
     assert main([*common, "--limit", "2", "--output-dir", str(b)]) == 0
     after = {r["id"]: r for r in map(json.loads, (b / "records.jsonl").read_text().splitlines())}
     assert after.keys() == second.keys()  # the question outside --limit 2 is still there
-    from targ_mlx.eval.datasets import read_jsonl as read_items, sample
+    from targ_mlx.eval.datasets import read_jsonl as read_items
+    from targ_mlx.eval.datasets import sample
 
     inside = {it.id for it in sample(read_items(NQ), 2, 0)}
     assert len(inside) == 2 and inside < after.keys()

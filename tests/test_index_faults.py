@@ -30,8 +30,8 @@ import pytest
 
 from targ_mlx.index import open_retriever
 from targ_mlx.index.lock import holder
-from targ_mlx.index.unfinished import resume_unfinished
 from targ_mlx.index.store import PASSAGES, partial_dir
+from targ_mlx.index.unfinished import resume_unfinished
 from tests.conftest import _gold_rows, _write_pdf
 
 REPO = Path(__file__).resolve().parents[1]
@@ -362,7 +362,7 @@ def test_a_write_failure_mid_build_leaves_a_resumable_state(worker, rows, tmp_pa
 
 LOG_WRITER = """
 import sys
-from targ_mlx.decision_log import DecisionLog
+from targ_mlx.log.decisions import DecisionLog
 from targ_mlx.records import Answer
 path, n, tag = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 log = DecisionLog(path)
@@ -375,7 +375,7 @@ for i in range(n):
 
 def test_three_processes_write_the_decision_log_and_no_row_is_lost(tmp_path):
     """Three writers at once, one of them killed -9 mid-way: every committed row is there."""
-    from targ_mlx.decision_log import DecisionLog
+    from targ_mlx.log.decisions import DecisionLog
 
     path = tmp_path / "decisions.db"
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}

@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 
 from targ_mlx import gates, runner
-from targ_mlx.decision_log import DecisionLog
 from targ_mlx.eval import analysis as an
 from targ_mlx.eval import controls as ctl
 from targ_mlx.eval.record import fill_scores
 from targ_mlx.eval.sweep import Signals, gate_points, split
 from targ_mlx.index import open_retriever
+from targ_mlx.log.decisions import DecisionLog
 from targ_mlx.settings import Settings
 
 

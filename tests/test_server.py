@@ -11,8 +11,8 @@ import pytest
 import uvicorn
 
 from targ_mlx.assistant import Assistant
-from targ_mlx.decision_log import DecisionLog
 from targ_mlx.index import open_retriever
+from targ_mlx.log.decisions import DecisionLog
 from targ_mlx.server import api
 from targ_mlx.server.__main__ import BindError, api_key_for, main
 from targ_mlx.server.app import make_app

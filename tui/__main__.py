@@ -32,8 +32,8 @@ def make_loader(cfg, settings, folders: list[str] | None = None, retriever_mode:
 
     def load(progress):
         from targ_mlx.assistant import Assistant
-        from targ_mlx.runtime.backbone import load_backbone
         from targ_mlx.index.background import BuildingIndex
+        from targ_mlx.runtime.backbone import load_backbone
 
         progress(f"loading model {cfg.model}")
         bb = load_backbone(cfg.model, huge_pages="collapse")  # a chat runs long: 2 MB pages now
@@ -76,10 +76,9 @@ def _run(args: argparse.Namespace) -> int:
 
     bind_openblas()  # before the first import of mlx.core (the app's assistant)
     from targ_mlx.config import load_config
-    from targ_mlx.decision_log import DecisionLog
-    from tui.app import make_app
-
+    from targ_mlx.log.decisions import DecisionLog
     from targ_mlx.runtime.model_spec import model_key
+    from tui.app import make_app
 
     cfg = load_config(args.config).merged(model=args.model, db=args.db)
     settings = settings_from_args(args, cfg, model_key(cfg.model))  # fails before the model loads

@@ -24,7 +24,7 @@ from textual.widgets import Footer, Label, ProgressBar, Static, TextArea
 from targ_mlx.assistant import Assistant
 from targ_mlx.config import Config, load_config
 from targ_mlx.conversation import turns_from_messages
-from targ_mlx.decision_log import DecisionLog
+from targ_mlx.log.decisions import DecisionLog
 from tui import commands
 from tui.messages import AnswerDone, AnswerText, Loaded, LoadProgress
 from tui.slash import SlashCommands

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from targ_mlx.assistant import Assistant
-from targ_mlx.calibration_rows import MIN_ROWS, score_rows
-from targ_mlx.decision_log import DecisionLog
+from targ_mlx.log.calibration_rows import MIN_ROWS, score_rows
+from targ_mlx.log.decisions import DecisionLog
 
 
 def tau_note(assistant: Assistant | None, log: DecisionLog | None) -> str:

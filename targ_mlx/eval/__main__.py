@@ -112,8 +112,8 @@ def _versions() -> dict:
 
 
 def evaluate_dataset(name, items, args, out: Path, bb, retriever, log, session) -> dict:
-    from targ_mlx.eval import report
     from targ_mlx.config import default_model
+    from targ_mlx.eval import report
     from targ_mlx.eval.record import fill_scores
     from targ_mlx.eval.run import in_item_order, latency_items, read_jsonl, run_latency, run_records, write_jsonl
 
@@ -262,9 +262,8 @@ def run(args) -> int:
     if not args.report_only:
         from targ_mlx import index
         from targ_mlx.config import default_model
-        from targ_mlx.runtime.backbone import load_backbone
-
         from targ_mlx.index.progress import ProgressBar
+        from targ_mlx.runtime.backbone import load_backbone
 
         # an interrupted build of the index (default or --index) is resumed, not refused
         folder = str(index.ensure_index(args.index, None if args.quiet else ProgressBar()))
@@ -273,7 +272,7 @@ def run(args) -> int:
         retriever = index.open_indexes([folder], retriever=args.retriever)
         bb = load_backbone(args.model or default_model(), huge_pages="collapse")  # runs for hours
         if args.db:
-            from targ_mlx.decision_log import DecisionLog
+            from targ_mlx.log.decisions import DecisionLog
 
             log = DecisionLog(args.db)
     summaries = {}

@@ -66,8 +66,8 @@ def build(args: argparse.Namespace):
     bind_openblas()
     from targ_mlx.assistant import Assistant
     from targ_mlx.config import load_config
-    from targ_mlx.decision_log import DecisionLog
     from targ_mlx.flags import index_folders, open_index, settings_from_args
+    from targ_mlx.log.decisions import DecisionLog
     from targ_mlx.runtime.backbone import load_backbone
     from targ_mlx.runtime.model_spec import model_key
     from targ_mlx.server.app import make_app

@@ -1,8 +1,11 @@
 """Wrote tests/data/decisions_v1.db (and, reading it back, decisions_v1.json) with the decision_log of
 commit 896a883, before the module was split: the schema a split must still open unchanged."""
-import json, sys
-from targ_mlx.decision_log import DecisionLog
+import json
+import sys
+
+from targ_mlx.log.decisions import DecisionLog
 from targ_mlx.records import Answer, Latency, PassageRef, TokenCounts
+
 path = sys.argv[1]
 with DecisionLog(path) as log:
     a = Answer(question="who wrote 'Middlemarch'?", answer="George Eliot", model="smollm2-135m", gate="margin",

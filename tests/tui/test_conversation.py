@@ -11,7 +11,7 @@ from rich.console import Console
 from targ_mlx.assistant import Assistant, Settings
 from targ_mlx.config import CALIBRATED_TAU, Config
 from targ_mlx.defaults import SMALL_MODEL
-from targ_mlx.decision_log import DecisionLog
+from targ_mlx.log.decisions import DecisionLog
 from tui.app import make_app
 from tui.widgets import ChatLog, DecisionPanel, MessageView, SourcesPanel, StatusBar
 from tui.widgets.decision import DecisionInfo

@@ -3,7 +3,7 @@
 Several processes may write one file at once (the chat app and an eval run), so the file is
 in WAL mode, each write is one short `BEGIN IMMEDIATE` transaction, and a busy database is
 retried with backoff instead of surfacing "database is locked". What the tables hold is in
-`decision_log.py` (decisions, feedback) and `transcript.py` (chat messages).
+`decisions.py` (decisions, feedback) and `transcript.py` (chat messages).
 """
 
 from __future__ import annotations

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Sequence
 
-from targ_mlx.calibration import accuracy_threshold, budget_threshold, retrieval_rate
 from targ_mlx import gates
-from targ_mlx.decision_log import POSITIVE_LABELS, SCORE_COLUMNS, DecisionLog
+from targ_mlx.calibration import accuracy_threshold, budget_threshold, retrieval_rate
 from targ_mlx.errors import TargError
-from targ_mlx.log_store import filters
+from targ_mlx.log.decisions import POSITIVE_LABELS, SCORE_COLUMNS, DecisionLog
+from targ_mlx.log.store import filters
 
 MIN_ROWS = 30  # fewer rows give a tau that moves by whole bins with each new row
 DEFAULT_BUDGET = 0.3  # /recalibrate's retrieval budget when no labelled rows exist

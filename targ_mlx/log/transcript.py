@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
-from targ_mlx.log_store import LogStore, UnknownDecisionError, utc_now
+from targ_mlx.log.store import LogStore, UnknownDecisionError, utc_now
 
 ROLES = ("user", "assistant", "system")
 

@@ -1,11 +1,11 @@
 """The decision log: every gate decision, its scores, cost and outcome, in one SQLite file.
 
-Tables (browse them with `sqlite-utils` or `datasette decisions.db`; see docs/decision_log.md):
+Tables (browse them with `sqlite-utils` or `datasette decisions.db`; README, "The decision log"):
   decisions  one row per answered question (chat, eval or ask)       -- this module
   feedback   user labels on a decision: correct | wrong | helpful | unhelpful  -- this module
   messages   the chat app's transcript, linked to the decision behind each answer -- transcript.py
 
-The file handling (WAL, retries on a busy file, schema migrations) is in `log_store.py`; the
+The file handling (WAL, retries on a busy file, schema migrations) is in `store.py`; the
 rows calibration reads are fetched in `calibration_rows.py`. User text only ever goes in as
 query parameters.
 """
@@ -16,7 +16,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from targ_mlx.log_store import (  # noqa: F401  (re-exported: the log's public names)
+from targ_mlx.log.store import (  # noqa: F401  (re-exported: the log's public names)
     DEFAULT_LOCK_TIMEOUT,
     MIGRATIONS,
     SCHEMA_VERSION,
@@ -28,8 +28,8 @@ from targ_mlx.log_store import (  # noqa: F401  (re-exported: the log's public n
     format_ts,
     utc_now,
 )
+from targ_mlx.log.transcript import ROLES, Message, SessionSummary, Transcript  # noqa: F401
 from targ_mlx.records import Answer
-from targ_mlx.transcript import ROLES, Message, SessionSummary, Transcript  # noqa: F401
 
 # The paper's three scores have columns of their own (u_entropy, u_margin, u_variance); every other
 # gate's score (evidence, one a user registers) and the search's signals go in `extra` as JSON.
