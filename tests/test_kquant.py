@@ -5,6 +5,7 @@ once the float16 scales are finite), so every bit pattern of the scales, mins an
 exercised; gguf-py's `gguf.quants.dequantize` is the reference.
 """
 
+import math
 import os
 import subprocess
 import sys
@@ -280,3 +281,55 @@ def test_q4k_tiles_take_zero_rows(N):
     blocks = random_blocks(np.random.default_rng(5), pack.Q4_K, 32, 256)
     y = gguf_blocks.q4k_tiles(blocks).linear(N, mx.zeros((0, 256)))
     assert y.shape == (0, 32)
+
+
+def _separate_linear(N, x, parts, bias):
+    """The q|k|v or gate|up product as the separate ops compute it: one part takes the bias in
+    its product; several are concatenated and the bias added after."""
+    if len(parts) == 1:
+        return parts[0].linear(N, x, bias=bias)
+    y = mx.concatenate([p.linear(N, x) for p in parts], axis=-1)
+    return y if bias is None else y + bias
+
+
+@pytest.mark.parametrize("rows", [1, 5, 17])
+def test_the_fused_layer_halves_give_the_separate_ops_bits(N, rows):
+    """pre_attention and post_attention (one graph node each) run the same kernels on the same
+    inputs as rms_norm, the products, RoPE/split and SwiGLU one by one: the same bits, for parts
+    of mixed forms (Q4_K tiles, Q6_K blocks, 8-bit tiles), with and without biases."""
+    from targ_mlx.runtime.native.model import _parts
+
+    rng = np.random.default_rng(rows)
+    H, Hq, Hkv, D, I = 512, 4, 2, 64, 768
+    B, L = (1, rows) if rows != 5 else (5, 1)  # a prefill's rows, or a batch of decode rows
+    q4 = lambda n, k: gguf_blocks.q4k_tiles(random_blocks(rng, pack.Q4_K, n, k, scale=0.01))
+    q6 = lambda n, k: KBlocks(mx.array(random_blocks(rng, pack.Q6_K, n, k, scale=0.01)), pack.Q6_K)
+    t8 = lambda n, k: pack.from_float(mx.array(rng.standard_normal((n, k)).astype(np.float32) * 0.05))
+    f = lambda *s: mx.array(rng.standard_normal(s).astype(np.float32))
+    x, norm_in, norm_post = f(B, L, H), f(H) * 0.1 + 1, f(H) * 0.1 + 1
+    inv = mx.exp(mx.arange(0, -D // 2, -1, dtype=mx.float32) * (math.log(1e4) / (D // 2)))
+    cos, sin = N.rope_table(mx.array([3] * B, dtype=mx.int32), inv, B, L, 1.0)
+    for qkv, qkv_bias in (([q4((Hq + Hkv) * D, H), q6(Hkv * D, H)], f((Hq + 2 * Hkv) * D)),
+                          ([q4((Hq + 2 * Hkv) * D, H)], None)):
+        want = N.rope_split(_separate_linear(N, N.rms_norm(x, norm_in, 1e-6), qkv, qkv_bias), cos, sin, Hq, Hkv, D, False)
+        got = N.pre_attention(x, norm_in, 1e-6, *_parts(qkv), qkv_bias, cos, sin, Hq, Hkv, D, False)
+        assert all(mx.array_equal(g, w) for g, w in zip(got, want))
+    a = f(B, L, Hq * D)
+    for o, gate_up, down, biases in ((q4(H, Hq * D), [q4(I, H), t8(I, H)], q6(H, I), (f(H), f(2 * I), f(H))),
+                                     (q6(H, Hq * D), [q4(2 * I, H)], t8(H, I), (None, None, None))):
+        ob, gb, db = biases
+        h = o.linear(N, a, bias=ob, residual=x)
+        want = down.linear(N, N.swiglu(_separate_linear(N, N.rms_norm(h, norm_post, 1e-6), gate_up, gb)), bias=db,
+                           residual=h)
+        got = N.post_attention(a, x, *o.spec(), ob, norm_post, 1e-6, *_parts(gate_up), gb, *down.spec(), db)
+        assert mx.array_equal(got, want)
+
+
+def test_fused_layer_halves_name_a_part_that_does_not_fit(N):
+    rng = np.random.default_rng(0)
+    w = gguf_blocks.q4k_tiles(random_blocks(rng, pack.Q4_K, 64, 512))
+    x = mx.zeros((1, 1, 256))
+    form, arrays = w.spec()
+    with pytest.raises(ValueError, match="pre_attention: a part expects 512 inputs, the layer has 256"):
+        N.pre_attention(x, mx.ones((256,)), 1e-6, [form], arrays, None, mx.zeros((1, 1, 8)), mx.zeros((1, 1, 8)), 1, 0, 64,
+                        False)

@@ -151,11 +151,10 @@ def _fuse(parts: list[Weights]) -> list[Weights]:
     return [pack.concat(r) for r in runs]
 
 
-def _qlinear(N, x: mx.array, parts: list[Weights], bias: mx.array | None) -> mx.array:
-    if len(parts) == 1:
-        return parts[0].linear(N, x, bias=bias)
-    y = mx.concatenate([p.linear(N, x) for p in parts], axis=-1)
-    return y if bias is None else y + bias
+def _parts(parts: list[Weights]) -> tuple[list[int], list[mx.array]]:
+    """A fused matrix's parts as the layer ops take them: their forms, and their arrays in order."""
+    specs = [p.spec() for p in parts]
+    return [f for f, _ in specs], [a for _, arrays in specs for a in arrays]
 
 
 def _cat_bias(parts: list[mx.array | None], sizes: list[int]) -> mx.array | None:
@@ -172,6 +171,11 @@ class NativeLM:
         self.ops, self.layers, self.embed, self.head_w, self.norm, self.eps = ops, layers, embed, head, norm, eps
         self.n_heads, self.n_kv_heads, self.head_dim, self.scale = n_heads, n_kv_heads, head_dim, scale
         self.inv_freq, self.rope_scale, self.traditional, _ = rope
+        # per layer, the arguments of its two fused ops that never change (built once: a decode
+        # step should spend its Python time on nothing it could have done at load)
+        self._pre = [(*_parts(l.qkv), l.qkv_bias) for l in layers]
+        self._post = [(*l.o.spec(), l.o_bias, l.norm_post, eps, *_parts(l.gate_up), l.gate_up_bias, *l.down.spec(),
+                       l.down_bias) for l in layers]
 
     @classmethod
     def build(cls, model: nn.Module, ops, stored: dict[str, Weights] | None = None) -> "NativeLM":
@@ -290,19 +294,16 @@ class NativeLM:
         x = self.embed.embed(N, tokens)
         pos, pad, hole = self._positions(cache[0])
         cos, sin = N.rope_table(pos, self.inv_freq, B, L, self.rope_scale)
-        for layer, c in zip(self.layers, cache):
-            xn = N.rms_norm(x, layer.norm_in, self.eps)
-            qkv = _qlinear(N, xn, layer.qkv, layer.qkv_bias)
-            q, k, v = N.rope_split(qkv, cos, sin, self.n_heads, self.n_kv_heads, self.head_dim, self.traditional)
+        heads = (self.n_heads, self.n_kv_heads, self.head_dim, self.traditional)
+        for layer, c, pre, post in zip(self.layers, cache, self._pre, self._post):
+            q, k, v = N.pre_attention(x, layer.norm_in, self.eps, *pre, cos, sin, *heads)
             keys, values = c.update_and_fetch(k, v)
             if isinstance(c, SharedPrefixCache):
                 a = N.attention(q, keys, values, self.scale, None, 0, c.shared_keys, c.shared_values, c.rows,
                                 c.shared_pad, c.shared_hole)
             else:
                 a = N.attention(q, keys, values, self.scale, pad, hole)
-            h = layer.o.linear(N, a, bias=layer.o_bias, residual=x)
-            gu = _qlinear(N, N.rms_norm(h, layer.norm_post, self.eps), layer.gate_up, layer.gate_up_bias)
-            x = layer.down.linear(N, N.swiglu(gu), bias=layer.down_bias, residual=h)
+            x = N.post_attention(a, x, *post)
         return N.rms_norm(x, self.norm, self.eps)
 
     def head(self, h: mx.array) -> mx.array:

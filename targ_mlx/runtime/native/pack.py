@@ -58,6 +58,10 @@ class Packed:
     def linear(self, ops, x: mx.array, bias: mx.array | None = None, residual: mx.array | None = None) -> mx.array:
         return ops.qlinear(x, *self.args(), bias=bias, residual=residual)
 
+    def spec(self) -> tuple[int, list[mx.array]]:
+        """(form, arrays) as the fused layer ops take a matrix: form = bits for tiles."""
+        return self.bits, [self.q, self.scales, self.biases]
+
     def embed(self, ops, ids: mx.array) -> mx.array:
         return ops.embed(ids, *self.args())
 
@@ -89,6 +93,10 @@ class KBlocks:
 
     def linear(self, ops, x: mx.array, bias: mx.array | None = None, residual: mx.array | None = None) -> mx.array:
         return ops.kqlinear(x, self.blocks, self.qtype, bias=bias, residual=residual)
+
+    def spec(self) -> tuple[int, list[mx.array]]:
+        """(form, arrays) as the fused layer ops take a matrix: form = the GGML type for blocks."""
+        return self.qtype, [self.blocks]
 
     def embed(self, ops, ids: mx.array) -> mx.array:
         return ops.kembed(ids, self.blocks, self.qtype)

@@ -10,6 +10,7 @@
 #include <nanobind/stl/variant.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -133,11 +134,29 @@ array as_f32(const array& x) { return x.dtype() == mx::float32 ? x : mx::astype(
 // y = x W^T (+ bias) (+ residual) for W in either form the kernels read: 16-column tiles (form =
 // bits, 4 or 8; inputs q, scales, biases) or K-quant blocks as stored (form = GGML type 12 or
 // 14; input blocks).
+bool is_kquant(int form) { return form == targ::kQ4K || form == targ::kQ6K; }
+int weight_arrays(int form) { return is_kquant(form) ? 1 : 3; }  // blocks, or q + scales + biases
+int weight_K(int form, const array* w) { return is_kquant(form) ? kblocks_K(w[0], form) : w[0].shape(1) * 8 / form; }
+
+// out (M x N) = x (M x K) W^T (+ bias) (+ res) for W in `form` given by its arrays w[0..]: the one
+// place a matrix product is chosen, for QLinear and the fused blocks below.
+void linear_rows(int form, const array* w, const float* x, int M, float* out, const float* res, const float* bias) {
+  if (is_kquant(form)) {
+    targ::KMat W = kmat(w[0], form);
+    targ::kqgemm(W, x, M, out, W.N, res, bias);
+    return;
+  }
+  targ::QMat W = qmat(w[0], w[1], w[2], form);
+  if (W.bits == 6) targ::k6gemm(W, x, M, out, W.N, res, bias);
+  else if (W.k4) targ::k4gemm(W, x, M, out, W.N, res, bias);
+  else targ::qgemm(W, x, M, out, W.N, res, bias);
+}
+
 class QLinear : public mx::Primitive {
  public:
   QLinear(mx::Stream s, int form, bool has_bias, bool has_res)
       : Primitive(s), form_(form), bias_(has_bias), res_(has_res) {}
-  static bool kquant(int form) { return form == targ::kQ4K || form == targ::kQ6K; }
+  static bool kquant(int form) { return is_kquant(form); }
   void eval_cpu(const std::vector<array>& in, std::vector<array>& outs) override {
     array& out = outs[0];
     alloc(out);
@@ -148,18 +167,10 @@ class QLinear : public mx::Primitive {
       std::shared_ptr<std::vector<float>> hx, hr_;
       const array& x = ins[0];
       const float* xp = contiguous_f32(x, hx);
-      const int nw = kquant(form) ? 1 : 3;  // weight inputs after x
+      const int nw = weight_arrays(form);  // weight inputs after x
       const float* bias = hb ? ins[1 + nw].data<float>() : nullptr;
       const float* res = hr ? contiguous_f32(ins[1 + nw + hb], hr_) : nullptr;
-      if (kquant(form)) {
-        targ::KMat W = kmat(ins[1], form);
-        targ::kqgemm(W, xp, (int)(x.size() / W.K), out.data<float>(), W.N, res, bias);
-      } else {
-        targ::QMat W = qmat(ins[1], ins[2], ins[3], form);
-        if (W.bits == 6) targ::k6gemm(W, xp, (int)(x.size() / W.K), out.data<float>(), W.N, res, bias);
-        else if (W.k4) targ::k4gemm(W, xp, (int)(x.size() / W.K), out.data<float>(), W.N, res, bias);
-        else targ::qgemm(W, xp, (int)(x.size() / W.K), out.data<float>(), W.N, res, bias);
-      }
+      linear_rows(form, &ins[1], xp, (int)(x.size() / weight_K(form, &ins[1])), out.data<float>(), res, bias);
     });
   }
   bool is_equivalent(const Primitive& o) const override {
@@ -364,6 +375,232 @@ array op_swiglu(const array& gu_) {
   auto s = gu.shape();
   s.back() /= 2;
   return array(s, mx::float32, std::make_shared<SwiGLU>(cpu_stream()), {gu});
+}
+
+// ---------------------------------------------------------------------------------------------
+// A decoder layer's two halves around its attention, each one node instead of five or six: the
+// same kernels on the same inputs in the same order (so the same bits as the separate ops), but a
+// decode step builds ~200 graph nodes instead of ~430. Each node costs the thread that schedules
+// it (Python, then MLX's eval) a few microseconds, taken from the two cores the kernels run on.
+//
+// Matrices come as parts (q|k in Q4_K and v in Q6_K, say): a part's form and arrays as QLinear's.
+// One part takes the bias inside its product; several are concatenated and the bias added after,
+// as the separate ops did.
+
+// Float32 scratch from MLX's allocator (its buffer cache makes a decode step's reuse cheap).
+struct Scratch {
+  mx::allocator::Data d;
+  float* p;
+  explicit Scratch(size_t n) : d(mx::allocator::malloc(std::max<size_t>(n, 1) * sizeof(float))),
+                               p(static_cast<float*>(d.buffer().raw_ptr())) {}
+};
+
+// y (M x sum N_i) = [x W_1^T | x W_2^T | ...] (+ bias); parts' arrays start at w.
+void parts_rows(const std::vector<int>& forms, const array* w, const float* x, int M, int N, float* y, const float* bias) {
+  if (forms.size() == 1) {
+    linear_rows(forms[0], w, x, M, y, nullptr, bias);
+    return;
+  }
+  int col = 0;
+  for (int form : forms) {
+    int n = w[0].shape(0);
+    Scratch t((size_t)M * n);
+    linear_rows(form, w, x, M, t.p, nullptr, nullptr);
+    for (int r = 0; r < M; r++) std::copy(t.p + (size_t)r * n, t.p + (size_t)(r + 1) * n, y + (size_t)r * N + col);
+    col += n;
+    w += weight_arrays(form);
+  }
+  if (bias)
+    for (int r = 0; r < M; r++)
+      for (int j = 0; j < N; j++) y[(size_t)r * N + j] += bias[j];
+}
+
+int parts_arrays(const std::vector<int>& forms) {
+  int n = 0;
+  for (int f : forms) n += weight_arrays(f);
+  return n;
+}
+
+// Checks each part against the input width K; returns the parts' total output width.
+int check_parts(const char* op, const std::vector<int>& forms, const std::vector<array>& w, int K) {
+  if (forms.empty() || (int)w.size() != parts_arrays(forms))
+    throw std::invalid_argument(std::string(op) + ": each part needs its arrays (1 for K-quant blocks, 3 for tiles)");
+  int N = 0;
+  const array* p = w.data();
+  for (int f : forms) {
+    if (is_kquant(f)) check_kblocks(p[0], f, op);
+    else check_packed(p[0], p[1], p[2], f, op);
+    if (weight_K(f, p) != K) {
+      std::ostringstream m;
+      m << op << ": a part expects " << weight_K(f, p) << " inputs, the layer has " << K;
+      throw std::invalid_argument(m.str());
+    }
+    N += p[0].shape(0);
+    p += weight_arrays(f);
+  }
+  return N;
+}
+
+// rms_norm -> q|k|v parts (+ bias) -> RoPE and split: inputs x, norm, parts..., [bias], cos, sin.
+class PreAttention : public mx::Primitive {
+ public:
+  PreAttention(mx::Stream s, float eps, std::vector<int> forms, bool bias, int hq, int hkv, int d, bool trad)
+      : Primitive(s), eps_(eps), forms_(std::move(forms)), bias_(bias), hq_(hq), hkv_(hkv), d_(d), trad_(trad) {}
+  void eval_cpu(const std::vector<array>& in, std::vector<array>& outs) override {
+    for (auto& o : outs) alloc(o);
+    auto& enc = mx::cpu::get_command_encoder(stream());
+    std::vector<array> ins, os;
+    for (auto& a : in) ins.push_back(array::unsafe_weak_copy(a));
+    for (auto& a : outs) os.push_back(array::unsafe_weak_copy(a));
+    enc.dispatch([ins = std::move(ins), os = std::move(os), eps = eps_, forms = forms_, hb = bias_, hq = hq_, hkv = hkv_,
+                  d = d_, trad = trad_]() mutable {
+      std::shared_ptr<std::vector<float>> hx;
+      const array& x = ins[0];
+      const int B = x.shape(0), L = x.shape(1), H = x.shape(2), M = B * L, N = (hq + 2 * hkv) * d;
+      const int at = 2 + parts_arrays(forms);
+      Scratch xn((size_t)M * H), qkv((size_t)M * N);
+      targ::rms_norm(contiguous_f32(x, hx), nullptr, ins[1].data<float>(), eps, M, H, nullptr, xn.p);
+      parts_rows(forms, &ins[2], xn.p, M, N, qkv.p, hb ? ins[at].data<float>() : nullptr);
+      const array &c = ins[at + hb], &s = ins[at + hb + 1];
+      targ::rope_split(qkv.p, B, L, hq, hkv, d, c.data<float>(), s.data<float>(), c.shape(2), trad, os[0].data<float>(),
+                       os[1].data<float>(), os[2].data<float>());
+    });
+  }
+  bool is_equivalent(const Primitive& o) const override {
+    auto& p = static_cast<const PreAttention&>(o);
+    return eps_ == p.eps_ && forms_ == p.forms_ && bias_ == p.bias_ && hq_ == p.hq_ && hkv_ == p.hkv_ && d_ == p.d_ &&
+           trad_ == p.trad_;
+  }
+  TARG_PRIMITIVE_COMMON(TargPreAttention)
+ private:
+  float eps_;
+  std::vector<int> forms_;
+  bool bias_;
+  int hq_, hkv_, d_;
+  bool trad_;
+};
+
+std::tuple<array, array, array> op_pre_attention(const array& x_, const array& norm, float eps, std::vector<int> forms,
+                                                 std::vector<array> weights, std::optional<array> bias, const array& cos_t,
+                                                 const array& sin_t, int n_heads, int n_kv_heads, int head_dim,
+                                                 bool traditional) {
+  array x = as_f32(x_);
+  if (x.ndim() != 3) throw std::invalid_argument("pre_attention: x must be (B, L, hidden)");
+  check_norm(x, norm);
+  const int B = x.shape(0), L = x.shape(1), N = (n_heads + 2 * n_kv_heads) * head_dim;
+  if (check_parts("pre_attention", forms, weights, x.shape(2)) != N)
+    throw std::invalid_argument("pre_attention: the parts' outputs must add up to (n_heads + 2 n_kv_heads) * head_dim");
+  if (bias && (bias->ndim() != 1 || bias->shape(0) != N)) throw std::invalid_argument("pre_attention: bias must be (q|k|v width,)");
+  if (cos_t.ndim() != 3 || cos_t.shape(0) != B || cos_t.shape(1) != L || 2 * cos_t.shape(2) > head_dim ||
+      sin_t.shape() != cos_t.shape())
+    throw std::invalid_argument("pre_attention: cos/sin tables must be (B, L, rope_dims / 2)");
+  std::vector<array> ins = {x, as_f32(norm)};
+  ins.insert(ins.end(), weights.begin(), weights.end());
+  if (bias) ins.push_back(as_f32(*bias));
+  ins.push_back(as_f32(cos_t));
+  ins.push_back(as_f32(sin_t));
+  mx::Shape qs = {B, n_heads, L, head_dim}, ks = {B, n_kv_heads, L, head_dim};
+  auto outs = array::make_arrays(
+      {qs, ks, ks}, {mx::float32, mx::float32, mx::float32},
+      std::make_shared<PreAttention>(cpu_stream(), eps, std::move(forms), bias.has_value(), n_heads, n_kv_heads, head_dim,
+                                     traditional),
+      ins);
+  return {outs[0], outs[1], outs[2]};
+}
+
+// h = a O^T (+ bias) + x; out = down(swiglu(gate|up parts(rms_norm(h)) (+ bias))) (+ bias) + h.
+// Inputs: a, x, o..., [o bias], norm, gate|up parts..., [their bias], down..., [down bias].
+class PostAttention : public mx::UnaryPrimitive {
+ public:
+  PostAttention(mx::Stream s, float eps, int o_form, bool o_bias, std::vector<int> gu_forms, bool gu_bias, int down_form,
+                bool down_bias)
+      : UnaryPrimitive(s), eps_(eps), o_form_(o_form), o_bias_(o_bias), gu_forms_(std::move(gu_forms)), gu_bias_(gu_bias),
+        down_form_(down_form), down_bias_(down_bias) {}
+  void eval_cpu(const std::vector<array>& in, array& out) override {
+    alloc(out);
+    auto& enc = mx::cpu::get_command_encoder(stream());
+    std::vector<array> ins;
+    for (auto& a : in) ins.push_back(array::unsafe_weak_copy(a));
+    enc.dispatch([ins = std::move(ins), out = array::unsafe_weak_copy(out), eps = eps_, of = o_form_, ob = o_bias_,
+                  gf = gu_forms_, gb = gu_bias_, df = down_form_, db = down_bias_]() mutable {
+      std::shared_ptr<std::vector<float>> ha, hx;
+      const array &a = ins[0], &x = ins[1];
+      const int H = x.shape(-1), M = (int)(x.size() / H);
+      int at = 2;
+      const array* o = &ins[at];
+      at += weight_arrays(of);
+      const float* o_bias = ob ? ins[at++].data<float>() : nullptr;
+      const float* norm = ins[at++].data<float>();
+      const array* gu = &ins[at];
+      at += parts_arrays(gf);
+      const float* gu_bias = gb ? ins[at++].data<float>() : nullptr;
+      const array* down = &ins[at];
+      at += weight_arrays(df);
+      const float* down_bias = db ? ins[at].data<float>() : nullptr;
+      int N2 = 0;
+      const array* p = gu;
+      for (int f : gf) {
+        N2 += p[0].shape(0);
+        p += weight_arrays(f);
+      }
+      Scratch h((size_t)M * H), hn((size_t)M * H), g((size_t)M * N2), sw((size_t)M * (N2 / 2));
+      linear_rows(of, o, contiguous_f32(a, ha), M, h.p, contiguous_f32(x, hx), o_bias);
+      targ::rms_norm(h.p, nullptr, norm, eps, M, H, nullptr, hn.p);
+      parts_rows(gf, gu, hn.p, M, N2, g.p, gu_bias);
+      targ::swiglu(g.p, M, N2 / 2, sw.p);
+      linear_rows(df, down, sw.p, M, out.data<float>(), h.p, down_bias);
+    });
+  }
+  void eval_gpu(const std::vector<array>&, array&) override { throw std::runtime_error("TargPostAttention runs on the CPU only"); }
+  const char* name() const override { return "TargPostAttention"; }
+  bool is_equivalent(const Primitive& o) const override {
+    auto& p = static_cast<const PostAttention&>(o);
+    return eps_ == p.eps_ && o_form_ == p.o_form_ && o_bias_ == p.o_bias_ && gu_forms_ == p.gu_forms_ &&
+           gu_bias_ == p.gu_bias_ && down_form_ == p.down_form_ && down_bias_ == p.down_bias_;
+  }
+ private:
+  float eps_;
+  int o_form_;
+  bool o_bias_;
+  std::vector<int> gu_forms_;
+  bool gu_bias_;
+  int down_form_;
+  bool down_bias_;
+};
+
+array op_post_attention(const array& a_, const array& x_, int o_form, std::vector<array> o, std::optional<array> o_bias,
+                        const array& norm, float eps, std::vector<int> gu_forms, std::vector<array> gu,
+                        std::optional<array> gu_bias, int down_form, std::vector<array> down, std::optional<array> down_bias) {
+  array a = as_f32(a_), x = as_f32(x_);
+  if (x.ndim() < 1 || a.ndim() != x.ndim() || a.size() / a.shape(-1) != x.size() / x.shape(-1))
+    throw std::invalid_argument("post_attention: a and x must have the same rows");
+  const int H = x.shape(-1);
+  check_norm(x, norm);
+  if (check_parts("post_attention", {o_form}, o, a.shape(-1)) != H)
+    throw std::invalid_argument("post_attention: the output projection must map back to the hidden size");
+  const int N2 = check_parts("post_attention", gu_forms, gu, H);
+  if (N2 % 2) throw std::invalid_argument("post_attention: gate|up must have an even width");
+  if (check_parts("post_attention", {down_form}, down, N2 / 2) != H)
+    throw std::invalid_argument("post_attention: the down projection must map back to the hidden size");
+  auto vec = [](const std::optional<array>& b, int n, const char* what) {
+    if (b && (b->ndim() != 1 || b->shape(0) != n))
+      throw std::invalid_argument(std::string("post_attention: ") + what + " bias has the wrong width");
+  };
+  vec(o_bias, H, "the output projection's");
+  vec(gu_bias, N2, "gate|up's");
+  vec(down_bias, H, "the down projection's");
+  std::vector<array> ins = {a, x};
+  ins.insert(ins.end(), o.begin(), o.end());
+  if (o_bias) ins.push_back(as_f32(*o_bias));
+  ins.push_back(as_f32(norm));
+  ins.insert(ins.end(), gu.begin(), gu.end());
+  if (gu_bias) ins.push_back(as_f32(*gu_bias));
+  ins.insert(ins.end(), down.begin(), down.end());
+  if (down_bias) ins.push_back(as_f32(*down_bias));
+  return array(x.shape(), mx::float32,
+               std::make_shared<PostAttention>(cpu_stream(), eps, o_form, o_bias.has_value(), std::move(gu_forms),
+                                               gu_bias.has_value(), down_form, down_bias.has_value()),
+               ins);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -673,6 +910,14 @@ NB_MODULE(_targ_native, m) {
   m.def("rope_split", &op_rope_split, nb::arg("qkv"), nb::arg("cos"), nb::arg("sin"), nb::arg("n_heads"),
         nb::arg("n_kv_heads"), nb::arg("head_dim"), nb::arg("traditional"));
   m.def("swiglu", &op_swiglu, nb::arg("gate_up"));
+  m.def("pre_attention", &op_pre_attention, nb::arg("x"), nb::arg("norm"), nb::arg("eps"), nb::arg("forms"),
+        nb::arg("weights"), nb::arg("bias").none(), nb::arg("cos"), nb::arg("sin"), nb::arg("n_heads"),
+        nb::arg("n_kv_heads"), nb::arg("head_dim"), nb::arg("traditional"),
+        "rms_norm, the q|k|v parts (+ bias), RoPE and the split, as one node: (q, k, v)");
+  m.def("post_attention", &op_post_attention, nb::arg("a"), nb::arg("x"), nb::arg("o_form"), nb::arg("o"),
+        nb::arg("o_bias").none(), nb::arg("norm"), nb::arg("eps"), nb::arg("gate_up_forms"), nb::arg("gate_up"),
+        nb::arg("gate_up_bias").none(), nb::arg("down_form"), nb::arg("down"), nb::arg("down_bias").none(),
+        "h = a O^T + x; h + down(swiglu(gate|up(rms_norm(h)))), as one node");
   m.def("embed", &op_embed, nb::arg("ids"), nb::arg("q"), nb::arg("scales"), nb::arg("biases"), nb::arg("bits"));
   m.def("attention", &op_attention, nb::arg("q"), nb::arg("keys"), nb::arg("values"), nb::arg("scale"),
         nb::arg("left_pad") = nb::none(), nb::arg("hole") = 0, nb::arg("shared_keys") = nb::none(),
