@@ -648,6 +648,14 @@ array op_kembed(const array& ids, const array& blocks, int type) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// A (B, H, S, D) cache array as the attention kernel reads it: in place where its last axis is
+// contiguous (a cache's buffer, or a slice of one), else a contiguous copy held by `h`.
+targ::KV cache_view(const array& a, std::shared_ptr<std::vector<float>>& h) {
+  if (a.strides()[3] == 1) return targ::KV{a.data<float>(), (long)a.strides()[0], (long)a.strides()[1], (long)a.strides()[2]};
+  const float* p = contiguous_f32(a, h);
+  return targ::KV{p, (long)a.shape(1) * a.shape(2) * a.shape(3), (long)a.shape(2) * a.shape(3), (long)a.shape(3)};
+}
+
 class Attention : public mx::UnaryPrimitive {
  public:
   Attention(mx::Stream s, float scale, bool pad, int hole, bool shared, bool shared_pad, int shared_hole)
@@ -663,17 +671,12 @@ class Attention : public mx::UnaryPrimitive {
       std::shared_ptr<std::vector<float>> hq, hk, hv, hpk, hpv;
       const array &q = ins[0], &k = ins[1], &v = ins[2];
       const float* qp = contiguous_f32(q, hq);
-      auto view = [](const array& a, std::shared_ptr<std::vector<float>>& h) {
-        if (a.strides()[3] == 1) return targ::KV{a.data<float>(), (long)a.strides()[0], (long)a.strides()[1], (long)a.strides()[2]};
-        const float* p = contiguous_f32(a, h);
-        return targ::KV{p, (long)a.shape(1) * a.shape(2) * a.shape(3), (long)a.shape(2) * a.shape(3), (long)a.shape(3)};
-      };
-      targ::KV K = view(k, hk), V = view(v, hv);
+      targ::KV K = cache_view(k, hk), V = cache_view(v, hv);
       size_t at = pad ? 4 : 3;
       targ::Shared pre{};
       if (shared) {
         const array &pk = ins[at], &pv = ins[at + 1];
-        pre = targ::Shared{view(pk, hpk), view(pv, hpv), ins[at + 2].data<int32_t>(),
+        pre = targ::Shared{cache_view(pk, hpk), cache_view(pv, hpv), ins[at + 2].data<int32_t>(),
                            shared_pad ? ins[at + 3].data<int32_t>() : nullptr, shared_hole, (int)pk.shape(2), (int)pk.shape(0)};
       }
       targ::attention(qp, K, V, pad ? ins[3].data<int32_t>() : nullptr, hole, q.shape(0), q.shape(1), k.shape(1), q.shape(2),
@@ -738,6 +741,82 @@ array op_attention(const array& q_, const array& k_, const array& v_, float scal
   return array(s, mx::float32,
                std::make_shared<Attention>(cpu_stream(), scale, left_pad.has_value(), hole, shared, shared_pad.has_value(), shared_hole),
                ins);
+}
+
+// The new keys and values of this step written into the cache's own buffers at `prev`, then the
+// attention over its first prev + L positions, as one node. mlx-lm's caches do the write as two
+// SliceUpdates and hand the attention two Slices: four graph nodes a layer that this replaces.
+// Outputs 1 and 2 share the buffers of inputs 3 and 4 (the cache's arrays): the write lands in
+// place, at positions no earlier node reads (every earlier step attended over fewer positions),
+// and the caller stores outputs 1 and 2 as the cache's arrays. Same bits as the separate ops.
+class AttentionAppend : public mx::Primitive {
+ public:
+  AttentionAppend(mx::Stream s, float scale, bool pad, int hole, int prev)
+      : Primitive(s), scale_(scale), pad_(pad), hole_(hole), prev_(prev) {}
+  void eval_cpu(const std::vector<array>& in, std::vector<array>& outs) override {
+    alloc(outs[0]);
+    outs[1].copy_shared_buffer(in[3]);
+    outs[2].copy_shared_buffer(in[4]);
+    auto& enc = mx::cpu::get_command_encoder(stream());
+    std::vector<array> ins, os;
+    for (auto& a : in) ins.push_back(array::unsafe_weak_copy(a));
+    for (auto& a : outs) os.push_back(array::unsafe_weak_copy(a));
+    enc.dispatch([ins = std::move(ins), os = std::move(os), scale = scale_, pad = pad_, hole = hole_, prev = prev_]() mutable {
+      std::shared_ptr<std::vector<float>> hq, hk, hv;
+      const array &q = ins[0], &kn = ins[1], &vn = ins[2];
+      const int B = q.shape(0), Hq = q.shape(1), L = q.shape(2), D = q.shape(3), Hkv = kn.shape(1);
+      auto put = [&](const float* src, array& buf) {  // src (B, Hkv, L, D) into buf[:, :, prev:prev+L]
+        float* base = buf.data<float>();
+        const auto& st = buf.strides();
+        for (int b = 0; b < B; b++)
+          for (int h = 0; h < Hkv; h++)
+            for (int l = 0; l < L; l++) {
+              const float* from = src + (((size_t)b * Hkv + h) * L + l) * D;
+              float* to = base + b * st[0] + h * st[1] + (prev + l) * st[2];
+              for (int d = 0; d < D; d++) to[d * st[3]] = from[d];
+            }
+      };
+      put(contiguous_f32(kn, hk), os[1]);
+      put(contiguous_f32(vn, hv), os[2]);
+      std::shared_ptr<std::vector<float>> hck, hcv;
+      targ::attention(contiguous_f32(q, hq), cache_view(os[1], hck), cache_view(os[2], hcv), pad ? ins[5].data<int32_t>() : nullptr, hole,
+                      B, Hq, Hkv, L, prev + L, D, scale, os[0].data<float>());
+    });
+  }
+  bool is_equivalent(const Primitive& o) const override {
+    auto& p = static_cast<const AttentionAppend&>(o);
+    return scale_ == p.scale_ && pad_ == p.pad_ && hole_ == p.hole_ && prev_ == p.prev_;
+  }
+  TARG_PRIMITIVE_COMMON(TargAttentionAppend)
+ private:
+  float scale_;
+  bool pad_;
+  int hole_, prev_;
+};
+
+std::tuple<array, array, array> op_attention_append(const array& q_, const array& k_, const array& v_, const array& keys,
+                                                    const array& values, int prev, float scale,
+                                                    std::optional<array> left_pad, int hole) {
+  array q = as_f32(q_), k = as_f32(k_), v = as_f32(v_);
+  if (q.ndim() != 4 || k.ndim() != 4 || v.shape() != k.shape() || q.shape(0) != k.shape(0) || q.shape(2) != k.shape(2) ||
+      q.shape(3) != k.shape(3) || q.shape(1) % k.shape(1))
+    throw std::invalid_argument("attention_append: q (B, Hq, L, D), new keys and values (B, Hkv, L, D), Hq a multiple of Hkv");
+  if (keys.dtype() != mx::float32 || values.dtype() != mx::float32 || keys.ndim() != 4 || values.shape() != keys.shape() ||
+      keys.shape(0) != k.shape(0) || keys.shape(1) != k.shape(1) || keys.shape(3) != k.shape(3))
+    throw std::invalid_argument("attention_append: the cache's keys and values must be float32 (B, Hkv, capacity, D)");
+  if (prev < 0 || prev + k.shape(2) > keys.shape(2))
+    throw std::invalid_argument("attention_append: the new positions must fit in the cache's capacity");
+  if (hole < 0 || hole > prev + k.shape(2)) throw std::invalid_argument("attention_append: hole must lie within the cache");
+  std::vector<array> ins = {q, k, v, keys, values};
+  if (left_pad) {
+    array lp = int_vector(*left_pad);
+    if ((int)lp.size() != q.shape(0)) throw std::invalid_argument("attention_append: left_pad needs one entry per row");
+    ins.push_back(lp);
+  }
+  mx::Shape s = {q.shape(0), q.shape(2), q.shape(1) * q.shape(3)};
+  auto outs = array::make_arrays({s, keys.shape(), values.shape()}, {mx::float32, mx::float32, mx::float32},
+                                 std::make_shared<AttentionAppend>(cpu_stream(), scale, left_pad.has_value(), hole, prev), ins);
+  return {outs[0], outs[1], outs[2]};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -925,6 +1004,10 @@ NB_MODULE(_targ_native, m) {
         nb::arg("shared_hole") = 0,
         "softmax(q k^T * scale) v per row, hiding keys [hole, hole + left_pad[b]) and future positions; "
         "with shared_keys, row b first attends to row shared_rows[b] of them (a prompt shared by several rows)");
+  m.def("attention_append", &op_attention_append, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("keys"),
+        nb::arg("values"), nb::arg("prev"), nb::arg("scale"), nb::arg("left_pad") = nb::none(), nb::arg("hole") = 0,
+        "write k, v into the cache's buffers at prev (in place) and attend over its first prev + L positions: "
+        "(out, keys, values)");
   m.def("select", &op_select, nb::arg("logits"), nb::arg("inv_temp"), nb::arg("u"),
         "(token, entropy, gap, logprob) per row; inv_temp 0 = greedy");
   m.def("gelu", &op_gelu, nb::arg("x"), "0.5 x (1 + erf(x / sqrt 2)), float32");
