@@ -325,6 +325,44 @@ def test_the_fused_layer_halves_give_the_separate_ops_bits(N, rows):
         assert mx.array_equal(got, want)
 
 
+
+@pytest.mark.parametrize("L", [1, 4])
+def test_a_decoder_layer_node_is_its_halves_around_the_cache_update_and_attention(N, L):
+    """decoder_layer (one node) writes the step's keys and values into the cache's own buffers
+    (its outputs share them) and gives the bits of pre_attention, mlx-lm's update_and_fetch,
+    attention and post_attention, for a one-prompt cache and a left-padded batch cache."""
+    from mlx_lm.models.cache import BatchKVCache, KVCache
+
+    from targ_mlx.runtime.native.model import _parts
+
+    rng = np.random.default_rng(L)
+    B, H, Hq, Hkv, D, I = 2, 512, 4, 2, 64, 768
+    q4 = lambda n, k: gguf_blocks.q4k_tiles(random_blocks(rng, pack.Q4_K, n, k, scale=0.01))
+    q6 = lambda n, k: KBlocks(mx.array(random_blocks(rng, pack.Q6_K, n, k, scale=0.01)), pack.Q6_K)
+    f = lambda *s: mx.array(rng.standard_normal(s).astype(np.float32))
+    pre = (*_parts([q4((Hq + Hkv) * D, H), q6(Hkv * D, H)]), f((Hq + 2 * Hkv) * D))
+    o, gate_up, down = q4(H, Hq * D), [q4(2 * I, H)], q6(H, I)
+    post = (*o.spec(), None, f(H) * 0.1 + 1, 1e-6, *_parts(gate_up), f(2 * I), *down.spec(), None)
+    heads = (Hq, Hkv, D, False)
+    x, norm_in = f(B, L, H), f(H) * 0.1 + 1
+    inv = mx.exp(mx.arange(0, -D // 2, -1, dtype=mx.float32) * (math.log(1e4) / (D // 2)))
+    cos, sin = N.rope_table(mx.array([30, 25], dtype=mx.int32), inv, B, L, 1.0)
+    k0, v0 = f(B, Hkv, 30, D), f(B, Hkv, 30, D)
+    for make, pad in ((lambda: KVCache(), None), (lambda: BatchKVCache([0, 5]), mx.array([0, 5], dtype=mx.int32))):
+        old, new = make(), make()
+        for c in (old, new):  # a prefilled prompt of 30 positions in a 256-position buffer
+            c.update_and_fetch(k0, v0)
+        q, k, v = N.pre_attention(x, norm_in, 1e-6, *pre, cos, sin, *heads)
+        want = N.post_attention(N.attention(q, *old.update_and_fetch(k, v), 0.125, pad), x, *post)
+        got, keys, values = N.decoder_layer(x, norm_in, 1e-6, *pre, cos, sin, *heads, new.keys, new.values, 30, 0.125, pad, 0,
+                                            *post)
+        mx.eval(got, keys, values)
+        assert mx.array_equal(got, want)
+        assert keys.shape == old.keys.shape and mx.array_equal(keys[:, :, : 30 + L], old.keys[:, :, : 30 + L])
+        assert mx.array_equal(new.keys[:, :, 30 : 30 + L], k)  # written in place: the cache's own array holds them
+    with pytest.raises(ValueError, match="decoder_layer: the new positions must fit in the cache's capacity"):
+        N.decoder_layer(x, norm_in, 1e-6, *pre, cos, sin, *heads, new.keys, new.values, 257 - L, 0.125, pad, 0, *post)
+
 def test_fused_layer_halves_name_a_part_that_does_not_fit(N):
     rng = np.random.default_rng(0)
     w = gguf_blocks.q4k_tiles(random_blocks(rng, pack.Q4_K, 64, 512))

@@ -121,32 +121,6 @@ def test_attention_with_left_padding_and_a_cache_view(N, L):
 
 
 
-@pytest.mark.parametrize("L", [1, 4])
-def test_attention_appending_into_the_cache_is_the_cache_update_then_attention(N, L):
-    """attention_append writes this step's keys and values into the cache's own buffers (its
-    outputs share them) and attends over the filled positions: the same bits as mlx-lm's
-    update_and_fetch followed by attention, for a one-prompt and a left-padded batch cache."""
-    from mlx_lm.models.cache import BatchKVCache, KVCache
-
-    B, Hq, Hkv, D = 2, 6, 2, 64
-    lp = mx.array([0, 5], dtype=mx.int32)
-    for make, pad in ((lambda: KVCache(), None), (lambda: BatchKVCache([0, 5]), lp)):
-        old, new = make(), make()
-        for c in (old, new):  # a prefilled prompt of 30 positions in a 256-capacity buffer
-            k0, v0 = (mx.array(np.random.default_rng(i).standard_normal((B, Hkv, 30, D)).astype(np.float32)) for i in (1, 2))
-            c.update_and_fetch(k0, v0)
-        rng = np.random.default_rng(L)
-        q, k, v = (mx.array(rng.standard_normal(s).astype(np.float32)) for s in ((B, Hq, L, D), (B, Hkv, L, D), (B, Hkv, L, D)))
-        want = N.attention(q, *old.update_and_fetch(k, v), 0.125, pad)
-        prev = new._idx if isinstance(new, BatchKVCache) else new.offset
-        got, keys, values = N.attention_append(q, k, v, new.keys, new.values, prev, 0.125, pad)
-        mx.eval(got, keys, values)
-        assert mx.array_equal(got, want)
-        assert mx.array_equal(keys[:, :, : 30 + L], old.keys[:, :, : 30 + L]) and keys.shape == old.keys.shape
-        assert mx.array_equal(new.keys[:, :, 30 : 30 + L], k)  # written in place: the cache's own array holds them
-    with pytest.raises(ValueError, match="attention_append: the new positions must fit in the cache's capacity"):
-        N.attention_append(q, k, v, new.keys, new.values, 257 - L, 0.125, pad)
-
 def test_attention_prefill_with_padding_inside_a_query_block(N):
     """A left-padded prompt's first queries are padding (zero out) and sit in the same block of 16
     queries as real ones; keys cross the 32-key blocks the queries share (D = 128, as the 1.5B)."""

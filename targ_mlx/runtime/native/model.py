@@ -1,10 +1,11 @@
 """A llama/qwen2-family decoder forward on the CPU kernels, over an mlx-lm model's weights.
 
 `NativeLM.build(model)` repacks the weights of an mlx-lm `llama`/`qwen2`/`mistral` model (q|k|v
-and gate|up fused) and runs the same computation as the mlx-lm forward as three graph nodes a
-layer (the norm, q|k|v and RoPE; the attention, writing the new keys into the cache; the output
-projection and the MLP) instead of ~150 MLX ops: a decode step's graph is built and scheduled by
-a thread that competes with the kernels for the same cores. It reads and writes mlx-lm's own
+and gate|up fused) and runs the same computation as the mlx-lm forward as one graph node a
+layer where the step's keys fit in the cache (the usual decode step; the node writes them into
+the cache's buffers), else three (the norm, q|k|v and RoPE; the attention; the output projection
+and the MLP), instead of ~150 MLX ops: a decode step's graph is built and scheduled by a thread
+that competes with the kernels for the same cores. It reads and writes mlx-lm's own
 `KVCache` and `BatchKVCache`, so caches, left padding and row repetition work as with the
 mlx-lm model.
 Anything else (other architectures, sliding windows, rotating or quantized caches) is reported
@@ -299,31 +300,27 @@ class NativeLM:
         cos, sin = N.rope_table(pos, self.inv_freq, B, L, self.rope_scale)
         heads = (self.n_heads, self.n_kv_heads, self.head_dim, self.traditional)
         for layer, c, pre, post in zip(self.layers, cache, self._pre, self._post):
+            batch = isinstance(c, BatchKVCache)
+            prev = c._idx if batch else c.offset
+            if not isinstance(c, SharedPrefixCache) and c.keys is not None and prev + L <= c.keys.shape[2]:
+                # the step's keys fit in the cache's buffers: the whole layer as one node, which
+                # writes them in place (the usual decode step; mlx-lm's update_and_fetch would add
+                # two SliceUpdates and two Slices)
+                x, c.keys, c.values = N.decoder_layer(x, layer.norm_in, self.eps, *pre, cos, sin, *heads, c.keys, c.values,
+                                                      prev, self.scale, pad, hole, *post)
+                c.offset += L  # as update_and_fetch counts
+                if batch:
+                    c._idx += L
+                continue
             q, k, v = N.pre_attention(x, layer.norm_in, self.eps, *pre, cos, sin, *heads)
+            keys, values = c.update_and_fetch(k, v)  # a first step, or buffers that must grow
             if isinstance(c, SharedPrefixCache):
-                keys, values = c.update_and_fetch(k, v)
                 a = N.attention(q, keys, values, self.scale, None, 0, c.shared_keys, c.shared_values, c.rows,
                                 c.shared_pad, c.shared_hole)
             else:
-                a = self._attend(c, q, k, v, pad, hole)
+                a = N.attention(q, keys, values, self.scale, pad, hole)
             x = N.post_attention(a, x, *post)
         return N.rms_norm(x, self.norm, self.eps)
-
-    def _attend(self, c: Any, q: mx.array, k: mx.array, v: mx.array, pad: mx.array | None, hole: int) -> mx.array:
-        """Attention over a `KVCache` or `BatchKVCache` with this step's keys and values added: written
-        into the cache's buffers in place by the attention node itself where they fit (one graph
-        node instead of mlx-lm's four), else by mlx-lm's `update_and_fetch`, which grows them."""
-        n = k.shape[2]
-        batch = isinstance(c, BatchKVCache)
-        prev = c._idx if batch else c.offset
-        if c.keys is None or prev + n > c.keys.shape[2]:
-            keys, values = c.update_and_fetch(k, v)
-            return self.ops.attention(q, keys, values, self.scale, pad, hole)
-        a, c.keys, c.values = self.ops.attention_append(q, k, v, c.keys, c.values, prev, self.scale, pad, hole)
-        c.offset += n  # as update_and_fetch counts
-        if batch:
-            c._idx += n
-        return a
 
     def head(self, h: mx.array) -> mx.array:
         return self.head_w.linear(self.ops, h)

@@ -441,132 +441,181 @@ int check_parts(const char* op, const std::vector<int>& forms, const std::vector
   return N;
 }
 
-// rms_norm -> q|k|v parts (+ bias) -> RoPE and split: inputs x, norm, parts..., [bias], cos, sin.
+// rms_norm -> q|k|v parts (+ bias) -> RoPE and split, over inputs x, norm, parts..., [bias], cos,
+// sin (`in`), into q (B, hq, L, d) and k, v (B, hkv, L, d).
+struct PreSpec {
+  float eps;
+  std::vector<int> forms;
+  bool bias;
+  int hq, hkv, d;
+  bool trad;
+  bool operator==(const PreSpec&) const = default;
+  int inputs() const { return 2 + parts_arrays(forms) + bias + 2; }
+};
+
+void pre_run(const PreSpec& p, const array* in, float* q, float* k, float* v) {
+  std::shared_ptr<std::vector<float>> hx;
+  const array& x = in[0];
+  const int B = x.shape(0), L = x.shape(1), H = x.shape(2), M = B * L, N = (p.hq + 2 * p.hkv) * p.d;
+  const int at = 2 + parts_arrays(p.forms);
+  Scratch xn((size_t)M * H), qkv((size_t)M * N);
+  targ::rms_norm(contiguous_f32(x, hx), nullptr, in[1].data<float>(), p.eps, M, H, nullptr, xn.p);
+  parts_rows(p.forms, &in[2], xn.p, M, N, qkv.p, p.bias ? in[at].data<float>() : nullptr);
+  const array &c = in[at + p.bias], &s = in[at + p.bias + 1];
+  targ::rope_split(qkv.p, B, L, p.hq, p.hkv, p.d, c.data<float>(), s.data<float>(), c.shape(2), p.trad, q, k, v);
+}
+
 class PreAttention : public mx::Primitive {
  public:
-  PreAttention(mx::Stream s, float eps, std::vector<int> forms, bool bias, int hq, int hkv, int d, bool trad)
-      : Primitive(s), eps_(eps), forms_(std::move(forms)), bias_(bias), hq_(hq), hkv_(hkv), d_(d), trad_(trad) {}
+  PreAttention(mx::Stream s, PreSpec spec) : Primitive(s), spec_(std::move(spec)) {}
   void eval_cpu(const std::vector<array>& in, std::vector<array>& outs) override {
     for (auto& o : outs) alloc(o);
     auto& enc = mx::cpu::get_command_encoder(stream());
     std::vector<array> ins, os;
     for (auto& a : in) ins.push_back(array::unsafe_weak_copy(a));
     for (auto& a : outs) os.push_back(array::unsafe_weak_copy(a));
-    enc.dispatch([ins = std::move(ins), os = std::move(os), eps = eps_, forms = forms_, hb = bias_, hq = hq_, hkv = hkv_,
-                  d = d_, trad = trad_]() mutable {
-      std::shared_ptr<std::vector<float>> hx;
-      const array& x = ins[0];
-      const int B = x.shape(0), L = x.shape(1), H = x.shape(2), M = B * L, N = (hq + 2 * hkv) * d;
-      const int at = 2 + parts_arrays(forms);
-      Scratch xn((size_t)M * H), qkv((size_t)M * N);
-      targ::rms_norm(contiguous_f32(x, hx), nullptr, ins[1].data<float>(), eps, M, H, nullptr, xn.p);
-      parts_rows(forms, &ins[2], xn.p, M, N, qkv.p, hb ? ins[at].data<float>() : nullptr);
-      const array &c = ins[at + hb], &s = ins[at + hb + 1];
-      targ::rope_split(qkv.p, B, L, hq, hkv, d, c.data<float>(), s.data<float>(), c.shape(2), trad, os[0].data<float>(),
-                       os[1].data<float>(), os[2].data<float>());
+    enc.dispatch([ins = std::move(ins), os = std::move(os), spec = spec_]() mutable {
+      pre_run(spec, ins.data(), os[0].data<float>(), os[1].data<float>(), os[2].data<float>());
     });
   }
-  bool is_equivalent(const Primitive& o) const override {
-    auto& p = static_cast<const PreAttention&>(o);
-    return eps_ == p.eps_ && forms_ == p.forms_ && bias_ == p.bias_ && hq_ == p.hq_ && hkv_ == p.hkv_ && d_ == p.d_ &&
-           trad_ == p.trad_;
-  }
+  bool is_equivalent(const Primitive& o) const override { return spec_ == static_cast<const PreAttention&>(o).spec_; }
   TARG_PRIMITIVE_COMMON(TargPreAttention)
  private:
-  float eps_;
-  std::vector<int> forms_;
-  bool bias_;
-  int hq_, hkv_, d_;
-  bool trad_;
+  PreSpec spec_;
 };
+
+// pre_run's inputs for x (B, L, hidden), checked (`op` names the caller in errors).
+std::vector<array> pre_inputs(const char* op, const array& x, const array& norm, const std::vector<int>& forms,
+                              const std::vector<array>& weights, const std::optional<array>& bias, const array& cos_t,
+                              const array& sin_t, int n_heads, int n_kv_heads, int head_dim) {
+  if (x.ndim() != 3) throw std::invalid_argument(std::string(op) + ": x must be (B, L, hidden)");
+  check_norm(x, norm);
+  const int B = x.shape(0), L = x.shape(1), N = (n_heads + 2 * n_kv_heads) * head_dim;
+  if (check_parts(op, forms, weights, x.shape(2)) != N)
+    throw std::invalid_argument(std::string(op) + ": the parts' outputs must add up to (n_heads + 2 n_kv_heads) * head_dim");
+  if (bias && (bias->ndim() != 1 || bias->shape(0) != N))
+    throw std::invalid_argument(std::string(op) + ": bias must be (q|k|v width,)");
+  if (cos_t.ndim() != 3 || cos_t.shape(0) != B || cos_t.shape(1) != L || 2 * cos_t.shape(2) > head_dim ||
+      sin_t.shape() != cos_t.shape())
+    throw std::invalid_argument(std::string(op) + ": cos/sin tables must be (B, L, rope_dims / 2)");
+  std::vector<array> ins = {x, as_f32(norm)};
+  ins.insert(ins.end(), weights.begin(), weights.end());
+  if (bias) ins.push_back(as_f32(*bias));
+  ins.push_back(as_f32(cos_t));
+  ins.push_back(as_f32(sin_t));
+  return ins;
+}
 
 std::tuple<array, array, array> op_pre_attention(const array& x_, const array& norm, float eps, std::vector<int> forms,
                                                  std::vector<array> weights, std::optional<array> bias, const array& cos_t,
                                                  const array& sin_t, int n_heads, int n_kv_heads, int head_dim,
                                                  bool traditional) {
   array x = as_f32(x_);
-  if (x.ndim() != 3) throw std::invalid_argument("pre_attention: x must be (B, L, hidden)");
-  check_norm(x, norm);
-  const int B = x.shape(0), L = x.shape(1), N = (n_heads + 2 * n_kv_heads) * head_dim;
-  if (check_parts("pre_attention", forms, weights, x.shape(2)) != N)
-    throw std::invalid_argument("pre_attention: the parts' outputs must add up to (n_heads + 2 n_kv_heads) * head_dim");
-  if (bias && (bias->ndim() != 1 || bias->shape(0) != N)) throw std::invalid_argument("pre_attention: bias must be (q|k|v width,)");
-  if (cos_t.ndim() != 3 || cos_t.shape(0) != B || cos_t.shape(1) != L || 2 * cos_t.shape(2) > head_dim ||
-      sin_t.shape() != cos_t.shape())
-    throw std::invalid_argument("pre_attention: cos/sin tables must be (B, L, rope_dims / 2)");
-  std::vector<array> ins = {x, as_f32(norm)};
-  ins.insert(ins.end(), weights.begin(), weights.end());
-  if (bias) ins.push_back(as_f32(*bias));
-  ins.push_back(as_f32(cos_t));
-  ins.push_back(as_f32(sin_t));
+  auto ins = pre_inputs("pre_attention", x, norm, forms, weights, bias, cos_t, sin_t, n_heads, n_kv_heads, head_dim);
+  const int B = x.shape(0), L = x.shape(1);
   mx::Shape qs = {B, n_heads, L, head_dim}, ks = {B, n_kv_heads, L, head_dim};
   auto outs = array::make_arrays(
       {qs, ks, ks}, {mx::float32, mx::float32, mx::float32},
-      std::make_shared<PreAttention>(cpu_stream(), eps, std::move(forms), bias.has_value(), n_heads, n_kv_heads, head_dim,
-                                     traditional),
+      std::make_shared<PreAttention>(cpu_stream(),
+                                     PreSpec{eps, std::move(forms), bias.has_value(), n_heads, n_kv_heads, head_dim, traditional}),
       ins);
   return {outs[0], outs[1], outs[2]};
 }
 
-// h = a O^T (+ bias) + x; out = down(swiglu(gate|up parts(rms_norm(h)) (+ bias))) (+ bias) + h.
-// Inputs: a, x, o..., [o bias], norm, gate|up parts..., [their bias], down..., [down bias].
+// h = a O^T (+ bias) + x; out = down(swiglu(gate|up parts(rms_norm(h)) (+ bias))) (+ bias) + h,
+// for M rows of width H; `w` holds o..., [o bias], norm, gate|up parts..., [their bias], down...,
+// [down bias].
+struct PostSpec {
+  float eps;
+  int o_form;
+  bool o_bias;
+  std::vector<int> gu_forms;
+  bool gu_bias;
+  int down_form;
+  bool down_bias;
+  bool operator==(const PostSpec&) const = default;
+  int inputs() const {
+    return weight_arrays(o_form) + o_bias + 1 + parts_arrays(gu_forms) + gu_bias + weight_arrays(down_form) + down_bias;
+  }
+};
+
+void post_run(const PostSpec& p, const float* a, const float* x, int M, int H, const array* w, float* out) {
+  int at = 0;
+  const array* o = &w[at];
+  at += weight_arrays(p.o_form);
+  const float* o_bias = p.o_bias ? w[at++].data<float>() : nullptr;
+  const float* norm = w[at++].data<float>();
+  const array* gu = &w[at];
+  at += parts_arrays(p.gu_forms);
+  const float* gu_bias = p.gu_bias ? w[at++].data<float>() : nullptr;
+  const array* down = &w[at];
+  at += weight_arrays(p.down_form);
+  const float* down_bias = p.down_bias ? w[at].data<float>() : nullptr;
+  int N2 = 0;
+  const array* g = gu;
+  for (int f : p.gu_forms) {
+    N2 += g[0].shape(0);
+    g += weight_arrays(f);
+  }
+  Scratch h((size_t)M * H), hn((size_t)M * H), gs((size_t)M * N2), sw((size_t)M * (N2 / 2));
+  linear_rows(p.o_form, o, a, M, h.p, x, o_bias);
+  targ::rms_norm(h.p, nullptr, norm, p.eps, M, H, nullptr, hn.p);
+  parts_rows(p.gu_forms, gu, hn.p, M, N2, gs.p, gu_bias);
+  targ::swiglu(gs.p, M, N2 / 2, sw.p);
+  linear_rows(p.down_form, down, sw.p, M, out, h.p, down_bias);
+}
+
+// Inputs: a, x, then post_run's weights.
 class PostAttention : public mx::UnaryPrimitive {
  public:
-  PostAttention(mx::Stream s, float eps, int o_form, bool o_bias, std::vector<int> gu_forms, bool gu_bias, int down_form,
-                bool down_bias)
-      : UnaryPrimitive(s), eps_(eps), o_form_(o_form), o_bias_(o_bias), gu_forms_(std::move(gu_forms)), gu_bias_(gu_bias),
-        down_form_(down_form), down_bias_(down_bias) {}
+  PostAttention(mx::Stream s, PostSpec spec) : UnaryPrimitive(s), spec_(std::move(spec)) {}
   void eval_cpu(const std::vector<array>& in, array& out) override {
     alloc(out);
     auto& enc = mx::cpu::get_command_encoder(stream());
     std::vector<array> ins;
     for (auto& a : in) ins.push_back(array::unsafe_weak_copy(a));
-    enc.dispatch([ins = std::move(ins), out = array::unsafe_weak_copy(out), eps = eps_, of = o_form_, ob = o_bias_,
-                  gf = gu_forms_, gb = gu_bias_, df = down_form_, db = down_bias_]() mutable {
+    enc.dispatch([ins = std::move(ins), out = array::unsafe_weak_copy(out), spec = spec_]() mutable {
       std::shared_ptr<std::vector<float>> ha, hx;
-      const array &a = ins[0], &x = ins[1];
-      const int H = x.shape(-1), M = (int)(x.size() / H);
-      int at = 2;
-      const array* o = &ins[at];
-      at += weight_arrays(of);
-      const float* o_bias = ob ? ins[at++].data<float>() : nullptr;
-      const float* norm = ins[at++].data<float>();
-      const array* gu = &ins[at];
-      at += parts_arrays(gf);
-      const float* gu_bias = gb ? ins[at++].data<float>() : nullptr;
-      const array* down = &ins[at];
-      at += weight_arrays(df);
-      const float* down_bias = db ? ins[at].data<float>() : nullptr;
-      int N2 = 0;
-      const array* p = gu;
-      for (int f : gf) {
-        N2 += p[0].shape(0);
-        p += weight_arrays(f);
-      }
-      Scratch h((size_t)M * H), hn((size_t)M * H), g((size_t)M * N2), sw((size_t)M * (N2 / 2));
-      linear_rows(of, o, contiguous_f32(a, ha), M, h.p, contiguous_f32(x, hx), o_bias);
-      targ::rms_norm(h.p, nullptr, norm, eps, M, H, nullptr, hn.p);
-      parts_rows(gf, gu, hn.p, M, N2, g.p, gu_bias);
-      targ::swiglu(g.p, M, N2 / 2, sw.p);
-      linear_rows(df, down, sw.p, M, out.data<float>(), h.p, down_bias);
+      const array& x = ins[1];
+      const int H = x.shape(-1);
+      post_run(spec, contiguous_f32(ins[0], ha), contiguous_f32(x, hx), (int)(x.size() / H), H, &ins[2], out.data<float>());
     });
   }
   void eval_gpu(const std::vector<array>&, array&) override { throw std::runtime_error("TargPostAttention runs on the CPU only"); }
   const char* name() const override { return "TargPostAttention"; }
-  bool is_equivalent(const Primitive& o) const override {
-    auto& p = static_cast<const PostAttention&>(o);
-    return eps_ == p.eps_ && o_form_ == p.o_form_ && o_bias_ == p.o_bias_ && gu_forms_ == p.gu_forms_ &&
-           gu_bias_ == p.gu_bias_ && down_form_ == p.down_form_ && down_bias_ == p.down_bias_;
-  }
+  bool is_equivalent(const Primitive& o) const override { return spec_ == static_cast<const PostAttention&>(o).spec_; }
  private:
-  float eps_;
-  int o_form_;
-  bool o_bias_;
-  std::vector<int> gu_forms_;
-  bool gu_bias_;
-  int down_form_;
-  bool down_bias_;
+  PostSpec spec_;
 };
+
+// post_run's weights for rows of width H after an attention of width a_width, checked.
+std::vector<array> post_inputs(const char* op, int a_width, int H, const array& norm, int o_form, const std::vector<array>& o,
+                               const std::optional<array>& o_bias, const std::vector<int>& gu_forms,
+                               const std::vector<array>& gu, const std::optional<array>& gu_bias, int down_form,
+                               const std::vector<array>& down, const std::optional<array>& down_bias) {
+  if (norm.ndim() != 1 || norm.shape(0) != H) throw std::invalid_argument(std::string(op) + ": the norm's weight must be (hidden,)");
+  if (check_parts(op, {o_form}, o, a_width) != H)
+    throw std::invalid_argument(std::string(op) + ": the output projection must map back to the hidden size");
+  const int N2 = check_parts(op, gu_forms, gu, H);
+  if (N2 % 2) throw std::invalid_argument(std::string(op) + ": gate|up must have an even width");
+  if (check_parts(op, {down_form}, down, N2 / 2) != H)
+    throw std::invalid_argument(std::string(op) + ": the down projection must map back to the hidden size");
+  auto vec = [op](const std::optional<array>& b, int n, const char* what) {
+    if (b && (b->ndim() != 1 || b->shape(0) != n))
+      throw std::invalid_argument(std::string(op) + ": " + what + " bias has the wrong width");
+  };
+  vec(o_bias, H, "the output projection's");
+  vec(gu_bias, N2, "gate|up's");
+  vec(down_bias, H, "the down projection's");
+  std::vector<array> ins(o.begin(), o.end());
+  if (o_bias) ins.push_back(as_f32(*o_bias));
+  ins.push_back(as_f32(norm));
+  ins.insert(ins.end(), gu.begin(), gu.end());
+  if (gu_bias) ins.push_back(as_f32(*gu_bias));
+  ins.insert(ins.end(), down.begin(), down.end());
+  if (down_bias) ins.push_back(as_f32(*down_bias));
+  return ins;
+}
 
 array op_post_attention(const array& a_, const array& x_, int o_form, std::vector<array> o, std::optional<array> o_bias,
                         const array& norm, float eps, std::vector<int> gu_forms, std::vector<array> gu,
@@ -574,32 +623,13 @@ array op_post_attention(const array& a_, const array& x_, int o_form, std::vecto
   array a = as_f32(a_), x = as_f32(x_);
   if (x.ndim() < 1 || a.ndim() != x.ndim() || a.size() / a.shape(-1) != x.size() / x.shape(-1))
     throw std::invalid_argument("post_attention: a and x must have the same rows");
-  const int H = x.shape(-1);
-  check_norm(x, norm);
-  if (check_parts("post_attention", {o_form}, o, a.shape(-1)) != H)
-    throw std::invalid_argument("post_attention: the output projection must map back to the hidden size");
-  const int N2 = check_parts("post_attention", gu_forms, gu, H);
-  if (N2 % 2) throw std::invalid_argument("post_attention: gate|up must have an even width");
-  if (check_parts("post_attention", {down_form}, down, N2 / 2) != H)
-    throw std::invalid_argument("post_attention: the down projection must map back to the hidden size");
-  auto vec = [](const std::optional<array>& b, int n, const char* what) {
-    if (b && (b->ndim() != 1 || b->shape(0) != n))
-      throw std::invalid_argument(std::string("post_attention: ") + what + " bias has the wrong width");
-  };
-  vec(o_bias, H, "the output projection's");
-  vec(gu_bias, N2, "gate|up's");
-  vec(down_bias, H, "the down projection's");
   std::vector<array> ins = {a, x};
-  ins.insert(ins.end(), o.begin(), o.end());
-  if (o_bias) ins.push_back(as_f32(*o_bias));
-  ins.push_back(as_f32(norm));
-  ins.insert(ins.end(), gu.begin(), gu.end());
-  if (gu_bias) ins.push_back(as_f32(*gu_bias));
-  ins.insert(ins.end(), down.begin(), down.end());
-  if (down_bias) ins.push_back(as_f32(*down_bias));
+  auto w = post_inputs("post_attention", a.shape(-1), x.shape(-1), norm, o_form, o, o_bias, gu_forms, gu, gu_bias, down_form,
+                       down, down_bias);
+  ins.insert(ins.end(), w.begin(), w.end());
   return array(x.shape(), mx::float32,
-               std::make_shared<PostAttention>(cpu_stream(), eps, o_form, o_bias.has_value(), std::move(gu_forms),
-                                               gu_bias.has_value(), down_form, down_bias.has_value()),
+               std::make_shared<PostAttention>(cpu_stream(), PostSpec{eps, o_form, o_bias.has_value(), std::move(gu_forms),
+                                                                       gu_bias.has_value(), down_form, down_bias.has_value()}),
                ins);
 }
 
@@ -743,79 +773,110 @@ array op_attention(const array& q_, const array& k_, const array& v_, float scal
                ins);
 }
 
-// The new keys and values of this step written into the cache's own buffers at `prev`, then the
-// attention over its first prev + L positions, as one node. mlx-lm's caches do the write as two
-// SliceUpdates and hand the attention two Slices: four graph nodes a layer that this replaces.
-// Outputs 1 and 2 share the buffers of inputs 3 and 4 (the cache's arrays): the write lands in
-// place, at positions no earlier node reads (every earlier step attended over fewer positions),
-// and the caller stores outputs 1 and 2 as the cache's arrays. Same bits as the separate ops.
-class AttentionAppend : public mx::Primitive {
+// Writes kn, vn (B, Hkv, L, D) into keys and values at positions prev..prev+L-1 (the arrays'
+// own buffers, any strides), then out (B, L, Hq*D) = the attention of q (B, Hq, L, D) over the
+// first prev + L positions.
+void append_attend(const float* q, const float* kn, const float* vn, int B, int Hq, int Hkv, int L, int D, array& keys,
+                   array& values, int prev, const int32_t* pad, int hole, float scale, float* out) {
+  auto put = [&](const float* src, array& buf) {
+    float* base = buf.data<float>();
+    const auto& st = buf.strides();
+    for (int b = 0; b < B; b++)
+      for (int h = 0; h < Hkv; h++)
+        for (int l = 0; l < L; l++) {
+          const float* from = src + (((size_t)b * Hkv + h) * L + l) * D;
+          float* to = base + b * st[0] + h * st[1] + (prev + l) * st[2];
+          for (int d = 0; d < D; d++) to[d * st[3]] = from[d];
+        }
+  };
+  put(kn, keys);
+  put(vn, values);
+  std::shared_ptr<std::vector<float>> hk, hv;
+  targ::attention(q, cache_view(keys, hk), cache_view(values, hv), pad, hole, B, Hq, Hkv, L, prev + L, D, scale, out);
+}
+
+// ---------------------------------------------------------------------------------------------
+// A whole decoder layer as one node, for a step whose keys fit in the cache's buffers: pre_run,
+// append_attend and post_run in that order, as PreAttention, (mlx-lm's cache update and)
+// Attention and PostAttention compute them, so the same bits. mlx-lm's update_and_fetch would
+// make two SliceUpdates and two Slices a layer; a decode step is ~30 graph nodes instead of ~430.
+// Outputs 1 and 2 share the buffers of the cache's arrays: the write lands in place, at positions
+// no earlier node reads (every earlier step attended over fewer), and the caller stores them as
+// the cache's arrays. Inputs: pre_run's, the cache's keys and values, [left_pad], post_run's
+// weights; outputs: x (B, L, H), keys, values.
+class DecoderLayer : public mx::Primitive {
  public:
-  AttentionAppend(mx::Stream s, float scale, bool pad, int hole, int prev)
-      : Primitive(s), scale_(scale), pad_(pad), hole_(hole), prev_(prev) {}
+  DecoderLayer(mx::Stream s, PreSpec pre, PostSpec post, float scale, bool pad, int hole, int prev)
+      : Primitive(s), pre_(std::move(pre)), post_(std::move(post)), scale_(scale), pad_(pad), hole_(hole), prev_(prev) {}
   void eval_cpu(const std::vector<array>& in, std::vector<array>& outs) override {
+    const int at = pre_.inputs();
     alloc(outs[0]);
-    outs[1].copy_shared_buffer(in[3]);
-    outs[2].copy_shared_buffer(in[4]);
+    outs[1].copy_shared_buffer(in[at]);
+    outs[2].copy_shared_buffer(in[at + 1]);
     auto& enc = mx::cpu::get_command_encoder(stream());
     std::vector<array> ins, os;
     for (auto& a : in) ins.push_back(array::unsafe_weak_copy(a));
     for (auto& a : outs) os.push_back(array::unsafe_weak_copy(a));
-    enc.dispatch([ins = std::move(ins), os = std::move(os), scale = scale_, pad = pad_, hole = hole_, prev = prev_]() mutable {
-      std::shared_ptr<std::vector<float>> hq, hk, hv;
-      const array &q = ins[0], &kn = ins[1], &vn = ins[2];
-      const int B = q.shape(0), Hq = q.shape(1), L = q.shape(2), D = q.shape(3), Hkv = kn.shape(1);
-      auto put = [&](const float* src, array& buf) {  // src (B, Hkv, L, D) into buf[:, :, prev:prev+L]
-        float* base = buf.data<float>();
-        const auto& st = buf.strides();
-        for (int b = 0; b < B; b++)
-          for (int h = 0; h < Hkv; h++)
-            for (int l = 0; l < L; l++) {
-              const float* from = src + (((size_t)b * Hkv + h) * L + l) * D;
-              float* to = base + b * st[0] + h * st[1] + (prev + l) * st[2];
-              for (int d = 0; d < D; d++) to[d * st[3]] = from[d];
-            }
-      };
-      put(contiguous_f32(kn, hk), os[1]);
-      put(contiguous_f32(vn, hv), os[2]);
-      std::shared_ptr<std::vector<float>> hck, hcv;
-      targ::attention(contiguous_f32(q, hq), cache_view(os[1], hck), cache_view(os[2], hcv), pad ? ins[5].data<int32_t>() : nullptr, hole,
-                      B, Hq, Hkv, L, prev + L, D, scale, os[0].data<float>());
+    enc.dispatch([ins = std::move(ins), os = std::move(os), pre = pre_, post = post_, scale = scale_, pad = pad_, hole = hole_,
+                  prev = prev_, at]() mutable {
+      std::shared_ptr<std::vector<float>> hx;
+      const array& x = ins[0];
+      const int B = x.shape(0), L = x.shape(1), H = x.shape(2), M = B * L;
+      Scratch q((size_t)M * pre.hq * pre.d), k((size_t)M * pre.hkv * pre.d), v((size_t)M * pre.hkv * pre.d),
+          a((size_t)M * pre.hq * pre.d);
+      pre_run(pre, ins.data(), q.p, k.p, v.p);
+      append_attend(q.p, k.p, v.p, B, pre.hq, pre.hkv, L, pre.d, os[1], os[2], prev, pad ? ins[at + 2].data<int32_t>() : nullptr,
+                    hole, scale, a.p);
+      post_run(post, a.p, contiguous_f32(x, hx), M, H, &ins[at + 2 + pad], os[0].data<float>());
     });
   }
   bool is_equivalent(const Primitive& o) const override {
-    auto& p = static_cast<const AttentionAppend&>(o);
-    return scale_ == p.scale_ && pad_ == p.pad_ && hole_ == p.hole_ && prev_ == p.prev_;
+    auto& p = static_cast<const DecoderLayer&>(o);
+    return pre_ == p.pre_ && post_ == p.post_ && scale_ == p.scale_ && pad_ == p.pad_ && hole_ == p.hole_ && prev_ == p.prev_;
   }
-  TARG_PRIMITIVE_COMMON(TargAttentionAppend)
+  TARG_PRIMITIVE_COMMON(TargDecoderLayer)
  private:
+  PreSpec pre_;
+  PostSpec post_;
   float scale_;
   bool pad_;
   int hole_, prev_;
 };
 
-std::tuple<array, array, array> op_attention_append(const array& q_, const array& k_, const array& v_, const array& keys,
-                                                    const array& values, int prev, float scale,
-                                                    std::optional<array> left_pad, int hole) {
-  array q = as_f32(q_), k = as_f32(k_), v = as_f32(v_);
-  if (q.ndim() != 4 || k.ndim() != 4 || v.shape() != k.shape() || q.shape(0) != k.shape(0) || q.shape(2) != k.shape(2) ||
-      q.shape(3) != k.shape(3) || q.shape(1) % k.shape(1))
-    throw std::invalid_argument("attention_append: q (B, Hq, L, D), new keys and values (B, Hkv, L, D), Hq a multiple of Hkv");
+std::tuple<array, array, array> op_decoder_layer(
+    const array& x_, const array& norm_in, float eps, std::vector<int> forms, std::vector<array> weights,
+    std::optional<array> bias, const array& cos_t, const array& sin_t, int n_heads, int n_kv_heads, int head_dim,
+    bool traditional, const array& keys, const array& values, int prev, float scale, std::optional<array> left_pad, int hole,
+    int o_form, std::vector<array> o, std::optional<array> o_bias, const array& norm_post, float eps_post,
+    std::vector<int> gu_forms, std::vector<array> gu, std::optional<array> gu_bias, int down_form, std::vector<array> down,
+    std::optional<array> down_bias) {
+  array x = as_f32(x_);
+  auto ins = pre_inputs("decoder_layer", x, norm_in, forms, weights, bias, cos_t, sin_t, n_heads, n_kv_heads, head_dim);
+  const int B = x.shape(0), L = x.shape(1);
   if (keys.dtype() != mx::float32 || values.dtype() != mx::float32 || keys.ndim() != 4 || values.shape() != keys.shape() ||
-      keys.shape(0) != k.shape(0) || keys.shape(1) != k.shape(1) || keys.shape(3) != k.shape(3))
-    throw std::invalid_argument("attention_append: the cache's keys and values must be float32 (B, Hkv, capacity, D)");
-  if (prev < 0 || prev + k.shape(2) > keys.shape(2))
-    throw std::invalid_argument("attention_append: the new positions must fit in the cache's capacity");
-  if (hole < 0 || hole > prev + k.shape(2)) throw std::invalid_argument("attention_append: hole must lie within the cache");
-  std::vector<array> ins = {q, k, v, keys, values};
+      keys.shape(0) != B || keys.shape(1) != n_kv_heads || keys.shape(3) != head_dim)
+    throw std::invalid_argument("decoder_layer: the cache's keys and values must be float32 (B, n_kv_heads, capacity, head_dim)");
+  if (prev < 0 || prev + L > keys.shape(2))
+    throw std::invalid_argument("decoder_layer: the new positions must fit in the cache's capacity");
+  if (hole < 0 || hole > prev + L) throw std::invalid_argument("decoder_layer: hole must lie within the cache");
+  ins.push_back(keys);
+  ins.push_back(values);
   if (left_pad) {
     array lp = int_vector(*left_pad);
-    if ((int)lp.size() != q.shape(0)) throw std::invalid_argument("attention_append: left_pad needs one entry per row");
+    if ((int)lp.size() != B) throw std::invalid_argument("decoder_layer: left_pad needs one entry per row");
     ins.push_back(lp);
   }
-  mx::Shape s = {q.shape(0), q.shape(2), q.shape(1) * q.shape(3)};
-  auto outs = array::make_arrays({s, keys.shape(), values.shape()}, {mx::float32, mx::float32, mx::float32},
-                                 std::make_shared<AttentionAppend>(cpu_stream(), scale, left_pad.has_value(), hole, prev), ins);
+  auto w = post_inputs("decoder_layer", n_heads * head_dim, x.shape(2), norm_post, o_form, o, o_bias, gu_forms, gu, gu_bias,
+                       down_form, down, down_bias);
+  ins.insert(ins.end(), w.begin(), w.end());
+  auto outs = array::make_arrays(
+      {x.shape(), keys.shape(), values.shape()}, {mx::float32, mx::float32, mx::float32},
+      std::make_shared<DecoderLayer>(
+          cpu_stream(), PreSpec{eps, std::move(forms), bias.has_value(), n_heads, n_kv_heads, head_dim, traditional},
+          PostSpec{eps_post, o_form, o_bias.has_value(), std::move(gu_forms), gu_bias.has_value(), down_form,
+                   down_bias.has_value()},
+          scale, left_pad.has_value(), hole, prev),
+      ins);
   return {outs[0], outs[1], outs[2]};
 }
 
@@ -1004,10 +1065,13 @@ NB_MODULE(_targ_native, m) {
         nb::arg("shared_hole") = 0,
         "softmax(q k^T * scale) v per row, hiding keys [hole, hole + left_pad[b]) and future positions; "
         "with shared_keys, row b first attends to row shared_rows[b] of them (a prompt shared by several rows)");
-  m.def("attention_append", &op_attention_append, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("keys"),
-        nb::arg("values"), nb::arg("prev"), nb::arg("scale"), nb::arg("left_pad") = nb::none(), nb::arg("hole") = 0,
-        "write k, v into the cache's buffers at prev (in place) and attend over its first prev + L positions: "
-        "(out, keys, values)");
+  m.def("decoder_layer", &op_decoder_layer, nb::arg("x"), nb::arg("norm"), nb::arg("eps"), nb::arg("forms"),
+        nb::arg("weights"), nb::arg("bias").none(), nb::arg("cos"), nb::arg("sin"), nb::arg("n_heads"), nb::arg("n_kv_heads"),
+        nb::arg("head_dim"), nb::arg("traditional"), nb::arg("keys"), nb::arg("values"), nb::arg("prev"), nb::arg("scale"),
+        nb::arg("left_pad").none(), nb::arg("hole"), nb::arg("o_form"), nb::arg("o"), nb::arg("o_bias").none(),
+        nb::arg("norm_post"), nb::arg("eps_post"), nb::arg("gate_up_forms"), nb::arg("gate_up"), nb::arg("gate_up_bias").none(),
+        nb::arg("down_form"), nb::arg("down"), nb::arg("down_bias").none(),
+        "pre_attention, the write of k and v into the cache, attention and post_attention as one node: (x, keys, values)");
   m.def("select", &op_select, nb::arg("logits"), nb::arg("inv_temp"), nb::arg("u"),
         "(token, entropy, gap, logprob) per row; inv_temp 0 = greedy");
   m.def("gelu", &op_gelu, nb::arg("x"), "0.5 x (1 + erf(x / sqrt 2)), float32");
