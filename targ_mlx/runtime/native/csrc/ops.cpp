@@ -59,6 +59,15 @@ const float* contiguous_f32(const array& a, std::shared_ptr<std::vector<float>>&
 
 void alloc(array& out) { out.set_data(mx::allocator::malloc(out.nbytes())); }
 
+// A node's arrays as its dispatched task holds them, the way MLX's own CPU ops hand them over:
+// copies that view the buffers without owning them (the task runs later, on the stream thread).
+std::vector<array> weak(const std::vector<array>& arrays) {
+  std::vector<array> out;
+  out.reserve(arrays.size());
+  for (auto& a : arrays) out.push_back(array::unsafe_weak_copy(a));
+  return out;
+}
+
 targ::QMat qmat(const array& q, const array& scales, const array& biases, int bits) {
   targ::QMat w;
   w.q = q.data<uint8_t>();
@@ -161,8 +170,7 @@ class QLinear : public mx::Primitive {
     array& out = outs[0];
     alloc(out);
     auto& enc = mx::cpu::get_command_encoder(stream());
-    std::vector<array> ins;
-    for (auto& a : in) ins.push_back(array::unsafe_weak_copy(a));
+    auto ins = weak(in);
     enc.dispatch([ins = std::move(ins), out = array::unsafe_weak_copy(out), form = form_, hb = bias_, hr = res_]() mutable {
       std::shared_ptr<std::vector<float>> hx, hr_;
       const array& x = ins[0];
@@ -229,9 +237,7 @@ class RMSNorm : public mx::Primitive {
   void eval_cpu(const std::vector<array>& in, std::vector<array>& outs) override {
     for (auto& o : outs) alloc(o);
     auto& enc = mx::cpu::get_command_encoder(stream());
-    std::vector<array> ins, os;
-    for (auto& a : in) ins.push_back(array::unsafe_weak_copy(a));
-    for (auto& a : outs) os.push_back(array::unsafe_weak_copy(a));
+    auto ins = weak(in), os = weak(outs);
     enc.dispatch([ins = std::move(ins), os = std::move(os), eps = eps_, add = add_]() mutable {
       std::shared_ptr<std::vector<float>> h1, h2;
       const float* x = contiguous_f32(ins[0], h1);
@@ -471,9 +477,7 @@ class PreAttention : public mx::Primitive {
   void eval_cpu(const std::vector<array>& in, std::vector<array>& outs) override {
     for (auto& o : outs) alloc(o);
     auto& enc = mx::cpu::get_command_encoder(stream());
-    std::vector<array> ins, os;
-    for (auto& a : in) ins.push_back(array::unsafe_weak_copy(a));
-    for (auto& a : outs) os.push_back(array::unsafe_weak_copy(a));
+    auto ins = weak(in), os = weak(outs);
     enc.dispatch([ins = std::move(ins), os = std::move(os), spec = spec_]() mutable {
       pre_run(spec, ins.data(), os[0].data<float>(), os[1].data<float>(), os[2].data<float>());
     });
@@ -572,8 +576,7 @@ class PostAttention : public mx::UnaryPrimitive {
   void eval_cpu(const std::vector<array>& in, array& out) override {
     alloc(out);
     auto& enc = mx::cpu::get_command_encoder(stream());
-    std::vector<array> ins;
-    for (auto& a : in) ins.push_back(array::unsafe_weak_copy(a));
+    auto ins = weak(in);
     enc.dispatch([ins = std::move(ins), out = array::unsafe_weak_copy(out), spec = spec_]() mutable {
       std::shared_ptr<std::vector<float>> ha, hx;
       const array& x = ins[1];
@@ -642,8 +645,7 @@ class Embed : public mx::UnaryPrimitive {
   void eval_cpu(const std::vector<array>& in, array& out) override {
     alloc(out);
     auto& enc = mx::cpu::get_command_encoder(stream());
-    std::vector<array> ins;
-    for (auto& a : in) ins.push_back(array::unsafe_weak_copy(a));
+    auto ins = weak(in);
     enc.dispatch([ins = std::move(ins), out = array::unsafe_weak_copy(out), form = form_]() mutable {
       const int32_t* ids = ins[0].data<int32_t>();
       if (QLinear::kquant(form)) targ::kembed(kmat(ins[1], form), ids, (int)ins[0].size(), out.data<float>());
@@ -694,8 +696,7 @@ class Attention : public mx::UnaryPrimitive {
   void eval_cpu(const std::vector<array>& in, array& out) override {
     alloc(out);
     auto& enc = mx::cpu::get_command_encoder(stream());
-    std::vector<array> ins;
-    for (auto& a : in) ins.push_back(array::unsafe_weak_copy(a));
+    auto ins = weak(in);
     enc.dispatch([ins = std::move(ins), out = array::unsafe_weak_copy(out), scale = scale_, pad = pad_, hole = hole_,
                   shared = shared_, shared_pad = shared_pad_, shared_hole = shared_hole_]() mutable {
       std::shared_ptr<std::vector<float>> hq, hk, hv, hpk, hpv;
@@ -814,9 +815,7 @@ class DecoderLayer : public mx::Primitive {
     outs[1].copy_shared_buffer(in[at]);
     outs[2].copy_shared_buffer(in[at + 1]);
     auto& enc = mx::cpu::get_command_encoder(stream());
-    std::vector<array> ins, os;
-    for (auto& a : in) ins.push_back(array::unsafe_weak_copy(a));
-    for (auto& a : outs) os.push_back(array::unsafe_weak_copy(a));
+    auto ins = weak(in), os = weak(outs);
     enc.dispatch([ins = std::move(ins), os = std::move(os), pre = pre_, post = post_, scale = scale_, pad = pad_, hole = hole_,
                   prev = prev_, at]() mutable {
       std::shared_ptr<std::vector<float>> hx;
@@ -887,9 +886,7 @@ class Select : public mx::Primitive {
   void eval_cpu(const std::vector<array>& in, std::vector<array>& outs) override {
     for (auto& o : outs) alloc(o);
     auto& enc = mx::cpu::get_command_encoder(stream());
-    std::vector<array> ins, os;
-    for (auto& a : in) ins.push_back(array::unsafe_weak_copy(a));
-    for (auto& a : outs) os.push_back(array::unsafe_weak_copy(a));
+    auto ins = weak(in), os = weak(outs);
     enc.dispatch([ins = std::move(ins), os = std::move(os)]() mutable {
       std::shared_ptr<std::vector<float>> h;
       const float* lg = contiguous_f32(ins[0], h);
@@ -958,8 +955,7 @@ class LayerNorm : public mx::UnaryPrimitive {
   void eval_cpu(const std::vector<array>& in, array& out) override {
     alloc(out);
     auto& enc = mx::cpu::get_command_encoder(stream());
-    std::vector<array> ins;
-    for (auto& a : in) ins.push_back(array::unsafe_weak_copy(a));
+    auto ins = weak(in);
     enc.dispatch([ins = std::move(ins), out = array::unsafe_weak_copy(out), eps = eps_, add = add_]() mutable {
       std::shared_ptr<std::vector<float>> h1, h2, h3, h4;
       const float* x = contiguous_f32(ins[0], h1);
