@@ -292,82 +292,64 @@ def _separate_linear(N, x, parts, bias):
     return y if bias is None else y + bias
 
 
-@pytest.mark.parametrize("rows", [1, 5, 17])
-def test_the_fused_layer_halves_give_the_separate_ops_bits(N, rows):
-    """pre_attention and post_attention (one graph node each) run the same kernels on the same
-    inputs as rms_norm, the products, RoPE/split and SwiGLU one by one: the same bits, for parts
-    of mixed forms (Q4_K tiles, Q6_K blocks, 8-bit tiles), with and without biases."""
-    from targ_mlx.runtime.native.model import _parts
 
-    rng = np.random.default_rng(rows)
-    H, Hq, Hkv, D, I = 512, 4, 2, 64, 768
-    B, L = (1, rows) if rows != 5 else (5, 1)  # a prefill's rows, or a batch of decode rows
-    q4 = lambda n, k: gguf_blocks.q4k_tiles(random_blocks(rng, pack.Q4_K, n, k, scale=0.01))
-    q6 = lambda n, k: KBlocks(mx.array(random_blocks(rng, pack.Q6_K, n, k, scale=0.01)), pack.Q6_K)
-    t8 = lambda n, k: pack.from_float(mx.array(rng.standard_normal((n, k)).astype(np.float32) * 0.05))
-    f = lambda *s: mx.array(rng.standard_normal(s).astype(np.float32))
-    x, norm_in, norm_post = f(B, L, H), f(H) * 0.1 + 1, f(H) * 0.1 + 1
-    inv = mx.exp(mx.arange(0, -D // 2, -1, dtype=mx.float32) * (math.log(1e4) / (D // 2)))
-    cos, sin = N.rope_table(mx.array([3] * B, dtype=mx.int32), inv, B, L, 1.0)
-    for qkv, qkv_bias in (([q4((Hq + Hkv) * D, H), q6(Hkv * D, H)], f((Hq + 2 * Hkv) * D)),
-                          ([q4((Hq + 2 * Hkv) * D, H)], None)):
-        want = N.rope_split(_separate_linear(N, N.rms_norm(x, norm_in, 1e-6), qkv, qkv_bias), cos, sin, Hq, Hkv, D, False)
-        got = N.pre_attention(x, norm_in, 1e-6, *_parts(qkv), qkv_bias, cos, sin, Hq, Hkv, D, False)
-        assert all(mx.array_equal(g, w) for g, w in zip(got, want))
-    a = f(B, L, Hq * D)
-    for o, gate_up, down, biases in ((q4(H, Hq * D), [q4(I, H), t8(I, H)], q6(H, I), (f(H), f(2 * I), f(H))),
-                                     (q6(H, Hq * D), [q4(2 * I, H)], t8(H, I), (None, None, None))):
-        ob, gb, db = biases
-        h = o.linear(N, a, bias=ob, residual=x)
-        want = down.linear(N, N.swiglu(_separate_linear(N, N.rms_norm(h, norm_post, 1e-6), gate_up, gb)), bias=db,
-                           residual=h)
-        got = N.post_attention(a, x, *o.spec(), ob, norm_post, 1e-6, *_parts(gate_up), gb, *down.spec(), db)
-        assert mx.array_equal(got, want)
+def _separate_layer(N, x, norm_in, qkv, qkv_bias, cos, sin, heads, cache, pad, o, o_bias, norm_post, gate_up, gu_bias,
+                    down, down_bias):
+    """A decoder layer as NativeLM runs a prefill: the separate ops and mlx-lm's cache update."""
+    q, k, v = N.rope_split(_separate_linear(N, N.rms_norm(x, norm_in, 1e-6), qkv, qkv_bias), cos, sin, *heads)
+    h = o.linear(N, N.attention(q, *cache.update_and_fetch(k, v), 0.125, pad), bias=o_bias, residual=x)
+    gu = _separate_linear(N, N.rms_norm(h, norm_post, 1e-6), gate_up, gu_bias)
+    return down.linear(N, N.swiglu(gu), bias=down_bias, residual=h), k
 
 
-
-@pytest.mark.parametrize("L", [1, 4])
-def test_a_decoder_layer_node_is_its_halves_around_the_cache_update_and_attention(N, L):
-    """decoder_layer (one node) writes the step's keys and values into the cache's own buffers
-    (its outputs share them) and gives the bits of pre_attention, mlx-lm's update_and_fetch,
-    attention and post_attention, for a one-prompt cache and a left-padded batch cache."""
+@pytest.mark.parametrize("B,L", [(1, 1), (2, 1), (2, 4)])
+def test_a_decoder_layer_node_gives_the_separate_ops_bits(N, B, L):
+    """decoder_layer (one graph node) writes the step's keys and values into the cache's own
+    buffers (its outputs share them) and gives the bits of the separate ops around mlx-lm's
+    update_and_fetch, for a one-prompt cache and a left-padded batch cache, with matrices of mixed
+    forms (Q4_K tiles, Q6_K blocks, 8-bit tiles) in parts, with and without biases."""
     from mlx_lm.models.cache import BatchKVCache, KVCache
 
     from targ_mlx.runtime.native.model import _parts
 
-    rng = np.random.default_rng(L)
-    B, H, Hq, Hkv, D, I = 2, 512, 4, 2, 64, 768
+    rng = np.random.default_rng(B * 10 + L)
+    H, Hq, Hkv, D, I = 512, 4, 2, 64, 768
     q4 = lambda n, k: gguf_blocks.q4k_tiles(random_blocks(rng, pack.Q4_K, n, k, scale=0.01))
     q6 = lambda n, k: KBlocks(mx.array(random_blocks(rng, pack.Q6_K, n, k, scale=0.01)), pack.Q6_K)
+    t8 = lambda n, k: pack.from_float(mx.array(rng.standard_normal((n, k)).astype(np.float32) * 0.05))
     f = lambda *s: mx.array(rng.standard_normal(s).astype(np.float32))
-    pre = (*_parts([q4((Hq + Hkv) * D, H), q6(Hkv * D, H)]), f((Hq + 2 * Hkv) * D))
-    o, gate_up, down = q4(H, Hq * D), [q4(2 * I, H)], q6(H, I)
-    post = (*o.spec(), None, f(H) * 0.1 + 1, 1e-6, *_parts(gate_up), f(2 * I), *down.spec(), None)
     heads = (Hq, Hkv, D, False)
-    x, norm_in = f(B, L, H), f(H) * 0.1 + 1
+    x, norm_in, norm_post = f(B, L, H), f(H) * 0.1 + 1, f(H) * 0.1 + 1
     inv = mx.exp(mx.arange(0, -D // 2, -1, dtype=mx.float32) * (math.log(1e4) / (D // 2)))
-    cos, sin = N.rope_table(mx.array([30, 25], dtype=mx.int32), inv, B, L, 1.0)
+    cos, sin = N.rope_table(mx.array([30] * B, dtype=mx.int32), inv, B, L, 1.0)
     k0, v0 = f(B, Hkv, 30, D), f(B, Hkv, 30, D)
-    for make, pad in ((lambda: KVCache(), None), (lambda: BatchKVCache([0, 5]), mx.array([0, 5], dtype=mx.int32))):
-        old, new = make(), make()
-        for c in (old, new):  # a prefilled prompt of 30 positions in a 256-position buffer
-            c.update_and_fetch(k0, v0)
-        q, k, v = N.pre_attention(x, norm_in, 1e-6, *pre, cos, sin, *heads)
-        want = N.post_attention(N.attention(q, *old.update_and_fetch(k, v), 0.125, pad), x, *post)
-        got, keys, values = N.decoder_layer(x, norm_in, 1e-6, *pre, cos, sin, *heads, new.keys, new.values, 30, 0.125, pad, 0,
-                                            *post)
-        mx.eval(got, keys, values)
-        assert mx.array_equal(got, want)
-        assert keys.shape == old.keys.shape and mx.array_equal(keys[:, :, : 30 + L], old.keys[:, :, : 30 + L])
-        assert mx.array_equal(new.keys[:, :, 30 : 30 + L], k)  # written in place: the cache's own array holds them
+    layers = (([q4((Hq + Hkv) * D, H), q6(Hkv * D, H)], f((Hq + 2 * Hkv) * D), q4(H, Hq * D), f(H),
+               [q4(I, H), t8(I, H)], f(2 * I), q6(H, I), f(H)),
+              ([q4((Hq + 2 * Hkv) * D, H)], None, q6(H, Hq * D), None, [q4(2 * I, H)], None, t8(H, I), None))
+    for qkv, qkv_bias, o, o_bias, gate_up, gu_bias, down, down_bias in layers:
+        for make, pad in ((lambda: KVCache(), None), (lambda: BatchKVCache([0, 5][:B]), mx.array([0, 5][:B], dtype=mx.int32))):
+            old, new = make(), make()
+            for c in (old, new):  # a prefilled prompt of 30 positions in a 256-position buffer
+                c.update_and_fetch(k0, v0)
+            want, k = _separate_layer(N, x, norm_in, qkv, qkv_bias, cos, sin, heads, old, pad, o, o_bias, norm_post,
+                                      gate_up, gu_bias, down, down_bias)
+            got, keys, values = N.decoder_layer(
+                x, norm_in, 1e-6, *_parts(qkv), qkv_bias, cos, sin, *heads, new.keys, new.values, 30, 0.125, pad, 0,
+                *o.spec(), o_bias, norm_post, 1e-6, *_parts(gate_up), gu_bias, *down.spec(), down_bias)
+            mx.eval(got, keys, values)
+            assert mx.array_equal(got, want)
+            assert keys.shape == old.keys.shape and mx.array_equal(keys[:, :, : 30 + L], old.keys[:, :, : 30 + L])
+            assert mx.array_equal(new.keys[:, :, 30 : 30 + L], k)  # written in place: the cache's own array holds them
     with pytest.raises(ValueError, match="decoder_layer: the new positions must fit in the cache's capacity"):
-        N.decoder_layer(x, norm_in, 1e-6, *pre, cos, sin, *heads, new.keys, new.values, 257 - L, 0.125, pad, 0, *post)
+        N.decoder_layer(x, norm_in, 1e-6, *_parts(qkv), qkv_bias, cos, sin, *heads, new.keys, new.values, 257 - L, 0.125,
+                        pad, 0, *o.spec(), o_bias, norm_post, 1e-6, *_parts(gate_up), gu_bias, *down.spec(), down_bias)
 
-def test_fused_layer_halves_name_a_part_that_does_not_fit(N):
+def test_a_decoder_layer_names_a_part_that_does_not_fit(N):
     rng = np.random.default_rng(0)
     w = gguf_blocks.q4k_tiles(random_blocks(rng, pack.Q4_K, 64, 512))
-    x = mx.zeros((1, 1, 256))
+    x, cache = mx.zeros((1, 1, 256)), mx.zeros((1, 0, 256, 64))
     form, arrays = w.spec()
-    with pytest.raises(ValueError, match="pre_attention: a part expects 512 inputs, the layer has 256"):
-        N.pre_attention(x, mx.ones((256,)), 1e-6, [form], arrays, None, mx.zeros((1, 1, 8)), mx.zeros((1, 1, 8)), 1, 0, 64,
-                        False)
+    with pytest.raises(ValueError, match="decoder_layer: a part expects 512 inputs, the layer has 256"):
+        N.decoder_layer(x, mx.ones((256,)), 1e-6, [form], arrays, None, mx.zeros((1, 1, 8)), mx.zeros((1, 1, 8)), 1, 0, 64,
+                        False, cache, cache, 0, 0.125, None, 0, form, arrays, None, mx.ones((256,)), 1e-6, [form], arrays,
+                        None, form, arrays, None)

@@ -1,11 +1,11 @@
 """A llama/qwen2-family decoder forward on the CPU kernels, over an mlx-lm model's weights.
 
 `NativeLM.build(model)` repacks the weights of an mlx-lm `llama`/`qwen2`/`mistral` model (q|k|v
-and gate|up fused) and runs the same computation as the mlx-lm forward as one graph node a
-layer where the step's keys fit in the cache (the usual decode step; the node writes them into
-the cache's buffers), else three (the norm, q|k|v and RoPE; the attention; the output projection
-and the MLP), instead of ~150 MLX ops: a decode step's graph is built and scheduled by a thread
-that competes with the kernels for the same cores. It reads and writes mlx-lm's own
+and gate|up fused) and runs the same computation as the mlx-lm forward: a decode step as one
+graph node a layer where its keys fit in the cache (the node writes them into the cache's
+buffers), since its graph is built and scheduled by a thread that competes with the kernels for
+the same cores; prefills as ~12 kernel calls a layer, instead of ~150 MLX ops. It reads and
+writes mlx-lm's own
 `KVCache` and `BatchKVCache`, so caches, left padding and row repetition work as with the
 mlx-lm model.
 Anything else (other architectures, sliding windows, rotating or quantized caches) is reported
@@ -155,6 +155,21 @@ def _fuse(parts: list[Weights]) -> list[Weights]:
     return [pack.concat(r) for r in runs]
 
 
+# Rows up to which a step runs a layer as one node. Above it (prefills) the layer runs as its
+# separate ops: the one node's big intermediates would be allocated inside its task, on MLX's
+# stream thread, and that made the SmolLM2 eval's prefill-bound record pass ~7% slower than the
+# separate ops, whose outputs MLX allocates on the scheduling thread (BENCHMARKS.md, "One graph
+# node a layer").
+LAYER_NODE_ROWS = 64
+
+
+def _qlinear(N, x: mx.array, parts: list[Weights], bias: mx.array | None) -> mx.array:
+    if len(parts) == 1:
+        return parts[0].linear(N, x, bias=bias)
+    y = mx.concatenate([p.linear(N, x) for p in parts], axis=-1)
+    return y if bias is None else y + bias
+
+
 def _parts(parts: list[Weights]) -> tuple[list[int], list[mx.array]]:
     """A fused matrix's parts as the layer ops take them: their forms, and their arrays in order."""
     specs = [p.spec() for p in parts]
@@ -302,24 +317,28 @@ class NativeLM:
         for layer, c, pre, post in zip(self.layers, cache, self._pre, self._post):
             batch = isinstance(c, BatchKVCache)
             prev = c._idx if batch else c.offset
-            if not isinstance(c, SharedPrefixCache) and c.keys is not None and prev + L <= c.keys.shape[2]:
-                # the step's keys fit in the cache's buffers: the whole layer as one node, which
-                # writes them in place (the usual decode step; mlx-lm's update_and_fetch would add
-                # two SliceUpdates and two Slices)
+            if (B * L <= LAYER_NODE_ROWS and not isinstance(c, SharedPrefixCache) and c.keys is not None
+                    and prev + L <= c.keys.shape[2]):
+                # a decode step whose keys fit in the cache's buffers: the whole layer as one node,
+                # which writes them in place (mlx-lm's update_and_fetch would add four nodes)
                 x, c.keys, c.values = N.decoder_layer(x, layer.norm_in, self.eps, *pre, cos, sin, *heads, c.keys, c.values,
                                                       prev, self.scale, pad, hole, *post)
                 c.offset += L  # as update_and_fetch counts
                 if batch:
                     c._idx += L
                 continue
-            q, k, v = N.pre_attention(x, layer.norm_in, self.eps, *pre, cos, sin, *heads)
-            keys, values = c.update_and_fetch(k, v)  # a first step, or buffers that must grow
+            xn = N.rms_norm(x, layer.norm_in, self.eps)
+            qkv = _qlinear(N, xn, layer.qkv, layer.qkv_bias)
+            q, k, v = N.rope_split(qkv, cos, sin, *heads)
+            keys, values = c.update_and_fetch(k, v)
             if isinstance(c, SharedPrefixCache):
                 a = N.attention(q, keys, values, self.scale, None, 0, c.shared_keys, c.shared_values, c.rows,
                                 c.shared_pad, c.shared_hole)
             else:
                 a = N.attention(q, keys, values, self.scale, pad, hole)
-            x = N.post_attention(a, x, *post)
+            h = layer.o.linear(N, a, bias=layer.o_bias, residual=x)
+            gu = _qlinear(N, N.rms_norm(h, layer.norm_post, self.eps), layer.gate_up, layer.gate_up_bias)
+            x = layer.down.linear(N, N.swiglu(gu), bias=layer.down_bias, residual=h)
         return N.rms_norm(x, self.norm, self.eps)
 
     def head(self, h: mx.array) -> mx.array:

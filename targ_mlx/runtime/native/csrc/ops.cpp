@@ -384,14 +384,13 @@ array op_swiglu(const array& gu_) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// A decoder layer's two halves around its attention, each one node instead of five or six: the
-// same kernels on the same inputs in the same order (so the same bits as the separate ops), but a
-// decode step builds ~200 graph nodes instead of ~430. Each node costs the thread that schedules
-// it (Python, then MLX's eval) a few microseconds, taken from the two cores the kernels run on.
+// A decoder layer's two halves around its attention (pre_run, post_run), for DecoderLayer below:
+// the same kernels on the same inputs in the same order as the separate ops (rms_norm, QLinear,
+// RopeSplit; QLinear, RMSNorm, SwiGLU), so the same bits.
 //
 // Matrices come as parts (q|k in Q4_K and v in Q6_K, say): a part's form and arrays as QLinear's.
 // One part takes the bias inside its product; several are concatenated and the bias added after,
-// as the separate ops did.
+// as the model's separate ops do.
 
 // Float32 scratch from MLX's allocator (its buffer cache makes a decode step's reuse cheap).
 struct Scratch {
@@ -471,22 +470,6 @@ void pre_run(const PreSpec& p, const array* in, float* q, float* k, float* v) {
   targ::rope_split(qkv.p, B, L, p.hq, p.hkv, p.d, c.data<float>(), s.data<float>(), c.shape(2), p.trad, q, k, v);
 }
 
-class PreAttention : public mx::Primitive {
- public:
-  PreAttention(mx::Stream s, PreSpec spec) : Primitive(s), spec_(std::move(spec)) {}
-  void eval_cpu(const std::vector<array>& in, std::vector<array>& outs) override {
-    for (auto& o : outs) alloc(o);
-    auto& enc = mx::cpu::get_command_encoder(stream());
-    auto ins = weak(in), os = weak(outs);
-    enc.dispatch([ins = std::move(ins), os = std::move(os), spec = spec_]() mutable {
-      pre_run(spec, ins.data(), os[0].data<float>(), os[1].data<float>(), os[2].data<float>());
-    });
-  }
-  bool is_equivalent(const Primitive& o) const override { return spec_ == static_cast<const PreAttention&>(o).spec_; }
-  TARG_PRIMITIVE_COMMON(TargPreAttention)
- private:
-  PreSpec spec_;
-};
 
 // pre_run's inputs for x (B, L, hidden), checked (`op` names the caller in errors).
 std::vector<array> pre_inputs(const char* op, const array& x, const array& norm, const std::vector<int>& forms,
@@ -510,21 +493,6 @@ std::vector<array> pre_inputs(const char* op, const array& x, const array& norm,
   return ins;
 }
 
-std::tuple<array, array, array> op_pre_attention(const array& x_, const array& norm, float eps, std::vector<int> forms,
-                                                 std::vector<array> weights, std::optional<array> bias, const array& cos_t,
-                                                 const array& sin_t, int n_heads, int n_kv_heads, int head_dim,
-                                                 bool traditional) {
-  array x = as_f32(x_);
-  auto ins = pre_inputs("pre_attention", x, norm, forms, weights, bias, cos_t, sin_t, n_heads, n_kv_heads, head_dim);
-  const int B = x.shape(0), L = x.shape(1);
-  mx::Shape qs = {B, n_heads, L, head_dim}, ks = {B, n_kv_heads, L, head_dim};
-  auto outs = array::make_arrays(
-      {qs, ks, ks}, {mx::float32, mx::float32, mx::float32},
-      std::make_shared<PreAttention>(cpu_stream(),
-                                     PreSpec{eps, std::move(forms), bias.has_value(), n_heads, n_kv_heads, head_dim, traditional}),
-      ins);
-  return {outs[0], outs[1], outs[2]};
-}
 
 // h = a O^T (+ bias) + x; out = down(swiglu(gate|up parts(rms_norm(h)) (+ bias))) (+ bias) + h,
 // for M rows of width H; `w` holds o..., [o bias], norm, gate|up parts..., [their bias], down...,
@@ -569,27 +537,6 @@ void post_run(const PostSpec& p, const float* a, const float* x, int M, int H, c
   linear_rows(p.down_form, down, sw.p, M, out, h.p, down_bias);
 }
 
-// Inputs: a, x, then post_run's weights.
-class PostAttention : public mx::UnaryPrimitive {
- public:
-  PostAttention(mx::Stream s, PostSpec spec) : UnaryPrimitive(s), spec_(std::move(spec)) {}
-  void eval_cpu(const std::vector<array>& in, array& out) override {
-    alloc(out);
-    auto& enc = mx::cpu::get_command_encoder(stream());
-    auto ins = weak(in);
-    enc.dispatch([ins = std::move(ins), out = array::unsafe_weak_copy(out), spec = spec_]() mutable {
-      std::shared_ptr<std::vector<float>> ha, hx;
-      const array& x = ins[1];
-      const int H = x.shape(-1);
-      post_run(spec, contiguous_f32(ins[0], ha), contiguous_f32(x, hx), (int)(x.size() / H), H, &ins[2], out.data<float>());
-    });
-  }
-  void eval_gpu(const std::vector<array>&, array&) override { throw std::runtime_error("TargPostAttention runs on the CPU only"); }
-  const char* name() const override { return "TargPostAttention"; }
-  bool is_equivalent(const Primitive& o) const override { return spec_ == static_cast<const PostAttention&>(o).spec_; }
- private:
-  PostSpec spec_;
-};
 
 // post_run's weights for rows of width H after an attention of width a_width, checked.
 std::vector<array> post_inputs(const char* op, int a_width, int H, const array& norm, int o_form, const std::vector<array>& o,
@@ -620,21 +567,6 @@ std::vector<array> post_inputs(const char* op, int a_width, int H, const array& 
   return ins;
 }
 
-array op_post_attention(const array& a_, const array& x_, int o_form, std::vector<array> o, std::optional<array> o_bias,
-                        const array& norm, float eps, std::vector<int> gu_forms, std::vector<array> gu,
-                        std::optional<array> gu_bias, int down_form, std::vector<array> down, std::optional<array> down_bias) {
-  array a = as_f32(a_), x = as_f32(x_);
-  if (x.ndim() < 1 || a.ndim() != x.ndim() || a.size() / a.shape(-1) != x.size() / x.shape(-1))
-    throw std::invalid_argument("post_attention: a and x must have the same rows");
-  std::vector<array> ins = {a, x};
-  auto w = post_inputs("post_attention", a.shape(-1), x.shape(-1), norm, o_form, o, o_bias, gu_forms, gu, gu_bias, down_form,
-                       down, down_bias);
-  ins.insert(ins.end(), w.begin(), w.end());
-  return array(x.shape(), mx::float32,
-               std::make_shared<PostAttention>(cpu_stream(), PostSpec{eps, o_form, o_bias.has_value(), std::move(gu_forms),
-                                                                       gu_bias.has_value(), down_form, down_bias.has_value()}),
-               ins);
-}
 
 // ---------------------------------------------------------------------------------------------
 // Rows of a weight matrix in either form (see QLinear): tiles (form = bits; inputs ids, q,
@@ -798,8 +730,8 @@ void append_attend(const float* q, const float* kn, const float* vn, int B, int 
 
 // ---------------------------------------------------------------------------------------------
 // A whole decoder layer as one node, for a step whose keys fit in the cache's buffers: pre_run,
-// append_attend and post_run in that order, as PreAttention, (mlx-lm's cache update and)
-// Attention and PostAttention compute them, so the same bits. mlx-lm's update_and_fetch would
+// append_attend and post_run in that order, as the separate ops (with mlx-lm's cache update and
+// Attention between) compute them, so the same bits. mlx-lm's update_and_fetch would
 // make two SliceUpdates and two Slices a layer; a decode step is ~30 graph nodes instead of ~430.
 // Outputs 1 and 2 share the buffers of the cache's arrays: the write lands in place, at positions
 // no earlier node reads (every earlier step attended over fewer), and the caller stores them as
@@ -1046,14 +978,6 @@ NB_MODULE(_targ_native, m) {
   m.def("rope_split", &op_rope_split, nb::arg("qkv"), nb::arg("cos"), nb::arg("sin"), nb::arg("n_heads"),
         nb::arg("n_kv_heads"), nb::arg("head_dim"), nb::arg("traditional"));
   m.def("swiglu", &op_swiglu, nb::arg("gate_up"));
-  m.def("pre_attention", &op_pre_attention, nb::arg("x"), nb::arg("norm"), nb::arg("eps"), nb::arg("forms"),
-        nb::arg("weights"), nb::arg("bias").none(), nb::arg("cos"), nb::arg("sin"), nb::arg("n_heads"),
-        nb::arg("n_kv_heads"), nb::arg("head_dim"), nb::arg("traditional"),
-        "rms_norm, the q|k|v parts (+ bias), RoPE and the split, as one node: (q, k, v)");
-  m.def("post_attention", &op_post_attention, nb::arg("a"), nb::arg("x"), nb::arg("o_form"), nb::arg("o"),
-        nb::arg("o_bias").none(), nb::arg("norm"), nb::arg("eps"), nb::arg("gate_up_forms"), nb::arg("gate_up"),
-        nb::arg("gate_up_bias").none(), nb::arg("down_form"), nb::arg("down"), nb::arg("down_bias").none(),
-        "h = a O^T + x; h + down(swiglu(gate|up(rms_norm(h)))), as one node");
   m.def("embed", &op_embed, nb::arg("ids"), nb::arg("q"), nb::arg("scales"), nb::arg("biases"), nb::arg("bits"));
   m.def("attention", &op_attention, nb::arg("q"), nb::arg("keys"), nb::arg("values"), nb::arg("scale"),
         nb::arg("left_pad") = nb::none(), nb::arg("hole") = 0, nb::arg("shared_keys") = nb::none(),
@@ -1067,7 +991,7 @@ NB_MODULE(_targ_native, m) {
         nb::arg("left_pad").none(), nb::arg("hole"), nb::arg("o_form"), nb::arg("o"), nb::arg("o_bias").none(),
         nb::arg("norm_post"), nb::arg("eps_post"), nb::arg("gate_up_forms"), nb::arg("gate_up"), nb::arg("gate_up_bias").none(),
         nb::arg("down_form"), nb::arg("down"), nb::arg("down_bias").none(),
-        "pre_attention, the write of k and v into the cache, attention and post_attention as one node: (x, keys, values)");
+        "a decoder layer as one node, writing k and v into the cache's buffers in place: (x, keys, values)");
   m.def("select", &op_select, nb::arg("logits"), nb::arg("inv_temp"), nb::arg("u"),
         "(token, entropy, gap, logprob) per row; inv_temp 0 = greedy");
   m.def("gelu", &op_gelu, nb::arg("x"), "0.5 x (1 + erf(x / sqrt 2)), float32");
