@@ -5,9 +5,8 @@ and gate|up fused) and runs the same computation as the mlx-lm forward: a decode
 graph node a layer where its keys fit in the cache (the node writes them into the cache's
 buffers), since its graph is built and scheduled by a thread that competes with the kernels for
 the same cores; prefills as ~12 kernel calls a layer, instead of ~150 MLX ops. It reads and
-writes mlx-lm's own
-`KVCache` and `BatchKVCache`, so caches, left padding and row repetition work as with the
-mlx-lm model.
+writes mlx-lm's own `KVCache` and `BatchKVCache`, so caches, left padding and row repetition
+work as with the mlx-lm model.
 Anything else (other architectures, sliding windows, rotating or quantized caches) is reported
 by `unsupported(model)` and runs on the mlx-lm model instead.
 """
@@ -190,8 +189,9 @@ class NativeLM:
         self.ops, self.layers, self.embed, self.head_w, self.norm, self.eps = ops, layers, embed, head, norm, eps
         self.n_heads, self.n_kv_heads, self.head_dim, self.scale = n_heads, n_kv_heads, head_dim, scale
         self.inv_freq, self.rope_scale, self.traditional, _ = rope
-        # per layer, the arguments of its two fused ops that never change (built once: a decode
-        # step should spend its Python time on nothing it could have done at load)
+        # per layer, the arguments of its `decoder_layer` node before and after the cache's that
+        # never change (built once: a decode step should spend its Python time on nothing it
+        # could have done at load)
         self._pre = [(*_parts(l.qkv), l.qkv_bias) for l in layers]
         self._post = [(*l.o.spec(), l.o_bias, l.norm_post, eps, *_parts(l.gate_up), l.gate_up_bias, *l.down.spec(),
                        l.down_bias) for l in layers]

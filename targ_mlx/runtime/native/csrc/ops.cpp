@@ -140,9 +140,8 @@ array as_f32(const array& x) { return x.dtype() == mx::float32 ? x : mx::astype(
   const char* name() const override { return #NAME; }
 
 // ---------------------------------------------------------------------------------------------
-// y = x W^T (+ bias) (+ residual) for W in either form the kernels read: 16-column tiles (form =
-// bits, 4 or 8; inputs q, scales, biases) or K-quant blocks as stored (form = GGML type 12 or
-// 14; input blocks).
+// A matrix's form: bits (4, 6 or 8) for 16-column tiles (arrays q, scales, biases), or the GGML
+// type (12 or 14) for K-quant blocks as stored (array blocks).
 bool is_kquant(int form) { return form == targ::kQ4K || form == targ::kQ6K; }
 int weight_arrays(int form) { return is_kquant(form) ? 1 : 3; }  // blocks, or q + scales + biases
 int weight_K(int form, const array* w) { return is_kquant(form) ? kblocks_K(w[0], form) : w[0].shape(1) * 8 / form; }
@@ -161,11 +160,11 @@ void linear_rows(int form, const array* w, const float* x, int M, float* out, co
   else targ::qgemm(W, x, M, out, W.N, res, bias);
 }
 
+// y = x W^T (+ bias) (+ residual) for W in either form.
 class QLinear : public mx::Primitive {
  public:
   QLinear(mx::Stream s, int form, bool has_bias, bool has_res)
       : Primitive(s), form_(form), bias_(has_bias), res_(has_res) {}
-  static bool kquant(int form) { return is_kquant(form); }
   void eval_cpu(const std::vector<array>& in, std::vector<array>& outs) override {
     array& out = outs[0];
     alloc(out);
@@ -537,7 +536,6 @@ void post_run(const PostSpec& p, const float* a, const float* x, int M, int H, c
   linear_rows(p.down_form, down, sw.p, M, out, h.p, down_bias);
 }
 
-
 // post_run's weights for rows of width H after an attention of width a_width, checked.
 std::vector<array> post_inputs(const char* op, int a_width, int H, const array& norm, int o_form, const std::vector<array>& o,
                                const std::optional<array>& o_bias, const std::vector<int>& gu_forms,
@@ -567,7 +565,6 @@ std::vector<array> post_inputs(const char* op, int a_width, int H, const array& 
   return ins;
 }
 
-
 // ---------------------------------------------------------------------------------------------
 // Rows of a weight matrix in either form (see QLinear): tiles (form = bits; inputs ids, q,
 // scales, biases) or K-quant blocks as stored (form = GGML type; inputs ids, blocks).
@@ -580,7 +577,7 @@ class Embed : public mx::UnaryPrimitive {
     auto ins = weak(in);
     enc.dispatch([ins = std::move(ins), out = array::unsafe_weak_copy(out), form = form_]() mutable {
       const int32_t* ids = ins[0].data<int32_t>();
-      if (QLinear::kquant(form)) targ::kembed(kmat(ins[1], form), ids, (int)ins[0].size(), out.data<float>());
+      if (is_kquant(form)) targ::kembed(kmat(ins[1], form), ids, (int)ins[0].size(), out.data<float>());
       else targ::embed(qmat(ins[1], ins[2], ins[3], form), ids, (int)ins[0].size(), out.data<float>());
     });
   }
