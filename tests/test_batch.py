@@ -44,6 +44,27 @@ def test_greedy_batch_matches_generate_and_stops_at_eos(backbone):
         assert not eos or toks[-1] in backbone.tokenizer.eos_ids  # nothing after EOS
 
 
+def test_rows_leaving_the_batch_change_no_row(backbone):
+    """Rows that finish early leave the batch; every row's tokens, statistics and sampled draws
+    are the ones it gets when all rows run to the end."""
+    qs = _questions(6)
+    ids = [backbone.tokenizer.chat_ids(prompts.messages(q, None, "short")) for q in qs]
+    ids += [backbone.tokenizer.chat_ids(prompts.messages("Tell me a long story about the sea.", None, "paper"))]
+    greedy = [True, False] * 3 + [True]
+
+    def run(drop):
+        logits, cache = batch.prefill_batch(backbone, ids)
+        return batch.decode_batch(backbone, cache, logits, 24, greedy, seed=5, drop_finished=drop)
+
+    kept, dropped = run(False), run(True)
+    lengths = [len(t) for t in kept.tokens]
+    # a quarter of the rows had finished by the second check (step 8), so they left; others went on
+    assert 4 * sum(n <= 8 for n in lengths) >= len(lengths) and max(lengths) > 12
+    assert dropped.tokens == kept.tokens
+    assert dropped.entropies == kept.entropies and dropped.gaps == kept.gaps
+    assert dropped.logprobs == kept.logprobs
+
+
 def test_yes_no_logprobs_are_normalised(backbone):
     lp = batch.last_logprobs(backbone, [[1, 2, 3], [4, 5]])
     assert lp.shape[0] == 2

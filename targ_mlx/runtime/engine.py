@@ -2,7 +2,8 @@
 
 An engine feeds tokens through a KV cache and turns hidden states into logits (`hidden`, `head`,
 `advance`, `last_logits`), decodes one step for a batch (`step`), picks tokens with the gate's
-statistics (`select`), lets several rows read one prompt's keys (`share_rows`, `row`), and puts its
+statistics (`select`), lets several rows read one prompt's keys (`share_rows`, `row`), drops the
+rows a batch has finished (`keep_rows`), and puts its
 weights on 2 MB pages where that helps (`huge_pages`). Two
 implement it: `MlxLMEngine` here (plain mlx-lm layers; the default, any device) and
 `targ_mlx.runtime.native.engine.NativeEngine` (the CPU kernels). Nothing above the backbone asks which
@@ -36,6 +37,8 @@ class Engine(Protocol):
     def share_rows(self, cache: list[Any], rows: Sequence[int]) -> list[Any]: ...
 
     def row(self, cache: list[Any], b: int) -> list[Any]: ...
+
+    def keep_rows(self, cache: list[Any], rows: Sequence[int]) -> list[Any]: ...
 
     def huge_pages(self, mode: str) -> int: ...
 
@@ -78,20 +81,11 @@ class MlxLMEngine:
 
     def share_rows(self, cache: list[Any], rows: Sequence[int]) -> list[Any]:
         """Row b of the result continues prompt row rows[b]; here each row gets its own copy."""
-        idx = mx.array(list(rows))
-        out = []
-        for c in cache:
-            if isinstance(c, BatchKVCache):
-                kv = copy.copy(c)  # keeps the cache class (and a shared prefix's length)
-                kv.keys, kv.values = c.keys[idx], c.values[idx]
-                kv.offset, kv.left_padding, kv._idx = c.offset[idx], c.left_padding[idx], c._idx
-            else:
-                kv = KVCache()
-                kv.keys = c.keys[:, :, : c.offset, :][idx]
-                kv.values = c.values[:, :, : c.offset, :][idx]
-                kv.offset = c.offset
-            out.append(kv)
-        return out
+        return [take_rows(c, rows) for c in cache]
+
+    def keep_rows(self, cache: list[Any], rows: Sequence[int]) -> list[Any]:
+        """Only `rows` of a decoding batch, in that order (copies)."""
+        return [take_rows(c, rows) for c in cache]
 
     def row(self, cache: list[Any], b: int) -> list[Any]:
         """Row b alone, to continue decoding it."""
@@ -108,3 +102,19 @@ class MlxLMEngine:
         """Page sizes are the CPU kernels' concern (their weights stream once a token); MLX's own
         arrays stay as its allocator made them."""
         return 0
+
+
+def take_rows(c: Any, rows: Sequence[int]) -> Any:
+    """A copy of cache `c` holding its rows `rows` (in that order, repeats allowed), positions and
+    padding as they are: the kept rows' keys stay where attention read them before."""
+    idx = mx.array(list(rows))
+    if isinstance(c, BatchKVCache):
+        kv = copy.copy(c)  # keeps the cache class (and a shared prefix's length)
+        kv.keys, kv.values = c.keys[idx], c.values[idx]
+        kv.offset, kv.left_padding, kv._idx = c.offset[idx], c.left_padding[idx], c._idx
+        return kv
+    kv = KVCache()
+    kv.keys = c.keys[:, :, : c.offset, :][idx]
+    kv.values = c.values[:, :, : c.offset, :][idx]
+    kv.offset = c.offset
+    return kv

@@ -7,6 +7,7 @@ from typing import Any, Sequence
 
 import mlx.core as mx
 
+from targ_mlx.runtime.engine import take_rows
 from targ_mlx.runtime.native import pages
 from targ_mlx.runtime.native.model import NativeLM, SharedPrefixCache
 
@@ -45,6 +46,10 @@ class NativeEngine:
 
     def row(self, cache: list[Any], b: int) -> list[Any]:
         return [c.row(b) for c in cache]
+
+    def keep_rows(self, cache: list[Any], rows: Sequence[int]) -> list[Any]:
+        """Only `rows` of a decoding batch: rows over a shared prompt keep reading it in place."""
+        return [c.keep(rows) if isinstance(c, SharedPrefixCache) else take_rows(c, rows) for c in cache]
 
     def huge_pages(self, mode: str) -> int:
         """The weights on 2 MB pages (`pages.huge_pages`); bytes the OS took the request for."""

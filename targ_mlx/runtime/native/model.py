@@ -115,11 +115,20 @@ class SharedPrefixCache(KVCache):
 
     def row(self, b: int) -> "SharedPrefixCache":
         """Row b alone, still reading its prompt's keys in place (to continue decoding it)."""
+        out = self.keep([b])
+        if out.keys is not None:  # one row continues alone: its buffers need no spare room
+            out.keys, out.values = out.keys[..., : self.offset, :], out.values[..., : self.offset, :]
+        return out
+
+    def keep(self, rows: list[int]) -> "SharedPrefixCache":
+        """These rows alone (in this order), still reading their prompts' keys in place."""
         out = copy.copy(self)
-        out.rows = mx.array([self.rows[b].item()], dtype=mx.int32)  # a ready array: no ops per layer
-        out.base = self.base[b : b + 1]
+        src = self.rows.tolist()
+        out.rows = mx.array([src[b] for b in rows], dtype=mx.int32)  # a ready array: no ops per layer
+        idx = mx.array(list(rows), dtype=mx.int32)
+        out.base = self.base[idx]
         if self.keys is not None:
-            out.keys, out.values = self.keys[b : b + 1, :, : self.offset], self.values[b : b + 1, :, : self.offset]
+            out.keys, out.values = self.keys[idx], self.values[idx]
         return out
 
     @property
