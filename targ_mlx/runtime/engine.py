@@ -2,12 +2,11 @@
 
 An engine feeds tokens through a KV cache and turns hidden states into logits (`hidden`, `head`,
 `advance`, `last_logits`), decodes one step for a batch (`step`), picks tokens with the gate's
-statistics (`select`), lets several rows read one prompt's keys (`share_rows`, `row`), drops the
-rows a batch has finished (`keep_rows`), and puts its
-weights on 2 MB pages where that helps (`huge_pages`). Two
-implement it: `MlxLMEngine` here (plain mlx-lm layers; the default, any device) and
-`targ_mlx.runtime.native.engine.NativeEngine` (the CPU kernels). Nothing above the backbone asks which
-one runs.
+statistics (`select`), lets several rows read one prompt's keys (`share_rows`, `row`), lets a
+batch's finished rows go (`keep_rows`), and puts its weights on 2 MB pages where that helps
+(`huge_pages`). Two implement it: `MlxLMEngine` here (plain mlx-lm layers; the default, any
+device) and `targ_mlx.runtime.native.engine.NativeEngine` (the CPU kernels). Nothing above the
+backbone asks which one runs.
 """
 
 from __future__ import annotations
