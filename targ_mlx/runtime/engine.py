@@ -11,14 +11,14 @@ backbone asks which one runs.
 
 from __future__ import annotations
 
-import copy
 from typing import Any, Protocol, Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models.cache import BatchKVCache, KVCache
+from mlx_lm.models.cache import KVCache
 
 from targ_mlx.runtime import sampling
+from targ_mlx.runtime.native.model import take_rows
 
 
 class Engine(Protocol):
@@ -102,18 +102,3 @@ class MlxLMEngine:
         arrays stay as its allocator made them."""
         return 0
 
-
-def take_rows(c: Any, rows: Sequence[int]) -> Any:
-    """A copy of cache `c` holding its rows `rows` (in that order, repeats allowed), positions and
-    padding as they are: the kept rows' keys stay where attention read them before."""
-    idx = mx.array(list(rows))
-    if isinstance(c, BatchKVCache):
-        kv = copy.copy(c)  # keeps the cache class (and a shared prefix's length)
-        kv.keys, kv.values = c.keys[idx], c.values[idx]
-        kv.offset, kv.left_padding, kv._idx = c.offset[idx], c.left_padding[idx], c._idx
-        return kv
-    kv = KVCache()
-    kv.keys = c.keys[:, :, : c.offset, :][idx]
-    kv.values = c.values[:, :, : c.offset, :][idx]
-    kv.offset = c.offset
-    return kv

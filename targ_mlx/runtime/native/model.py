@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -135,6 +135,22 @@ class SharedPrefixCache(KVCache):
     def positions(self) -> int:
         """Cached positions a row attends to: its prompt's (padding included) and its own."""
         return int(self.shared_keys.shape[2]) + self.offset
+
+
+def take_rows(c: Any, rows: Sequence[int]) -> Any:
+    """A copy of cache `c` holding its rows `rows` (in that order, repeats allowed), positions and
+    padding as they are: the kept rows' keys stay where attention read them before."""
+    idx = mx.array(list(rows))
+    if isinstance(c, BatchKVCache):
+        kv = copy.copy(c)  # keeps the cache class (and a shared prefix's length)
+        kv.keys, kv.values = c.keys[idx], c.values[idx]
+        kv.offset, kv.left_padding, kv._idx = c.offset[idx], c.left_padding[idx], c._idx
+        return kv
+    kv = KVCache()
+    kv.keys = c.keys[:, :, : c.offset, :][idx]
+    kv.values = c.values[:, :, : c.offset, :][idx]
+    kv.offset = c.offset
+    return kv
 
 
 @dataclass
