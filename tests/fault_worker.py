@@ -43,8 +43,15 @@ def serve() -> None:
     # across fork: a child forked while it held them hung in bm25s's progress bar, and took the
     # parent's monitor down with it (seen once, in test_kill_9_during_add...). No monitor here.
     import tqdm
+    from tqdm.std import TqdmDefaultWriteLock
 
     tqdm.tqdm.monitor_interval = 0
+    # tqdm's write lock also holds a multiprocessing RLock, a semaphore every forked child shares:
+    # a child killed -9 while holding it (the suite kills at random moments) left it held for all
+    # later children, and one hung in bm25s's tokenizer bar (a fresh clone's `make test`,
+    # 2026-11-27). With no such lock each child has its own copy of the thread lock.
+    TqdmDefaultWriteLock.mp_lock = None  # create_mp_lock makes none while the attribute exists
+    tqdm.tqdm.set_lock(TqdmDefaultWriteLock())
     import torch
 
     torch.set_num_threads(1)
