@@ -44,16 +44,21 @@ def test_greedy_batch_matches_generate_and_stops_at_eos(backbone):
         assert not eos or toks[-1] in backbone.tokenizer.eos_ids  # nothing after EOS
 
 
-def test_rows_leaving_the_batch_change_no_row(backbone):
+@pytest.mark.parametrize("shared", [False, True], ids=["own-rows", "rows-over-shared-prompts"])
+def test_rows_leaving_the_batch_change_no_row(backbone, shared):
     """Rows that finish early leave the batch; every row's tokens, statistics and sampled draws
-    are the ones it gets when all rows run to the end."""
-    qs = _questions(6)
+    are the ones it gets when all rows run to the end (rows with their own cache, and rows that
+    read their prompt's keys in place, as the variance draft's do)."""
+    qs = _questions(6 if not shared else 3)
     ids = [backbone.tokenizer.chat_ids(prompts.messages(q, None, "short")) for q in qs]
     ids += [backbone.tokenizer.chat_ids(prompts.messages("Tell me a long story about the sea.", None, "paper"))]
-    greedy = [True, False] * 3 + [True]
+    prompt_of = [i // 2 for i in range(2 * len(ids))] if shared else list(range(len(ids)))
+    greedy = [True, False] * (len(prompt_of) // 2) + [True] * (len(prompt_of) % 2)
 
     def run(drop):
         logits, cache = batch.prefill_batch(backbone, ids)
+        if shared:  # two rows (greedy, sampled) continue each prompt, as draft_batch's do
+            logits, cache = logits[mx.array(prompt_of)], backbone.engine.share_rows(cache, prompt_of)
         return batch.decode_batch(backbone, cache, logits, 24, greedy, seed=5, drop_finished=drop)
 
     kept, dropped = run(False), run(True)
