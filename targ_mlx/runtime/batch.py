@@ -98,11 +98,12 @@ def decode_batch(bb: Backbone, cache: list[BatchKVCache], logits: mx.array, max_
         seed: RNG seed for the sampled rows.
         drop_finished: let finished rows leave the batch (below); False runs every row to the end.
 
-    Finished rows leave the batch (`Engine.keep_rows`) once a quarter of it is done: short
-    answers are the common case (the 1.5B's drafts average 5 tokens of their 40-token cap), and
-    a step costs by the rows it runs. Each row's tokens and draws are the same as in a batch that
-    kept every row: the kernels compute rows independently, and the uniforms are drawn for all
-    rows and then picked.
+    On an engine whose rows are independent (the CPU kernels), finished rows leave the batch
+    (`Engine.keep_rows`) once a quarter of it is done: short answers are the common case (the
+    1.5B's drafts average 5 tokens of their 40-token cap), and a step costs by the rows it runs.
+    Each row's tokens, statistics and draws are then the same as in a batch that kept every row
+    (the uniforms are drawn for all rows and then picked). mlx-lm's layers keep every row: their
+    matmuls round differently as the row count changes (1e-5 in the entropies on MLX's CPU ops).
     """
     rows = logits.shape[0]
     caps = [int(max_new)] * rows if isinstance(max_new, int) else [int(m) for m in max_new]
@@ -111,6 +112,7 @@ def decode_batch(bb: Backbone, cache: list[BatchKVCache], logits: mx.array, max_
         raise ValueError(f"max_new and greedy need one entry per row ({rows})")
     eos = mx.array(sorted(bb.tokenizer.eos_ids), dtype=mx.int32)
     any_sampled = not all(greedy)
+    drop = drop_finished and bb.engine.independent_rows
     key = mx.random.key(seed)
     out = BatchDecode([[] for _ in range(rows)], [[] for _ in range(rows)], [[] for _ in range(rows)],
                       [[] for _ in range(rows)])
@@ -155,7 +157,7 @@ def decode_batch(bb: Backbone, cache: list[BatchKVCache], logits: mx.array, max_
             finished = done.tolist()
             if all(finished):
                 break
-            if drop_finished and 4 * sum(finished) >= len(live):
+            if drop and 4 * sum(finished) >= len(live):
                 keep = [i for i, f in enumerate(finished) if not f]
                 collect(live, steps)
                 steps = []

@@ -24,6 +24,7 @@ from targ_mlx.runtime.native.model import take_rows
 class Engine(Protocol):
     name: str
     shares_prefix: bool  # a batch's common prompt head can be run once and reused bit for bit
+    independent_rows: bool  # a row's results do not depend on the other rows of its batch
 
     def advance(self, tokens: mx.array, cache: list[Any]) -> None: ...
 
@@ -47,6 +48,7 @@ class MlxLMEngine:
 
     name = "mlx"
     shares_prefix = False
+    independent_rows = False  # BLAS and GPU matmuls pick their blocking by the row count
 
     def __init__(self, model: nn.Module):
         self.model = model

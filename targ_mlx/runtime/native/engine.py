@@ -14,6 +14,7 @@ from targ_mlx.runtime.native.model import NativeLM, SharedPrefixCache, take_rows
 class NativeEngine:
     name = "targ_mlx.runtime.native"
     shares_prefix = True  # a row's keys do not depend on what follows: a reused head is bit for bit
+    independent_rows = True  # every kernel computes a row by the same operations whatever the batch
 
     def __init__(self, lm: NativeLM):
         self.lm = lm
