@@ -60,10 +60,13 @@ def huge_pages(arrays: Iterable[mx.array], mode: str = "advise") -> int:
         raise ValueError(f"huge pages mode {mode!r}: use one of {', '.join(MODES)}")
     if not sys.platform.startswith("linux"):
         return 0
+    arrays = list(arrays)
+    mx.eval(arrays)
+    ranges = [(p, p + a.nbytes) for a in arrays if a.nbytes and (p := _address(a)) is not None]
     libc = ctypes.CDLL(None, use_errno=True)
     libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     done = 0
-    for s, e in _weight_spans(arrays):
+    for s, e in spans(ranges):
         if libc.madvise(s, e - s, MADV_NOHUGEPAGE if mode == "off" else MADV_HUGEPAGE) != 0:
             continue
         if mode != "collapse":
@@ -72,33 +75,6 @@ def huge_pages(arrays: Iterable[mx.array], mode: str = "advise") -> int:
         # a page at a time: one the kernel cannot move now (EAGAIN) leaves the others collapsed
         done += sum(HUGE for a in range(s, e, HUGE) if libc.madvise(a, HUGE, MADV_COLLAPSE) == 0)
     return done
-
-
-def _weight_spans(arrays: Iterable[mx.array]) -> list[tuple[int, int]]:
-    arrays = list(arrays)
-    mx.eval(arrays)
-    return spans([(p, p + a.nbytes) for a in arrays if a.nbytes and (p := _address(a)) is not None])
-
-
-def huge_bytes_under(arrays: Iterable[mx.array]) -> int | None:
-    """Bytes of the arrays' whole 2 MB pages that are on huge pages now, from the mappings
-    inside them in /proc/self/smaps (madvise splits a mapping at the ranges it is given); None
-    where the OS does not say. Unlike the process total (`anon_huge_bytes`), memory an earlier
-    model left on huge pages elsewhere does not count."""
-    runs = _weight_spans(arrays)
-    total, inside = 0, False
-    try:
-        with open("/proc/self/smaps") as f:
-            for line in f:
-                head = line.split(maxsplit=1)[0]
-                if "-" in head and not head.endswith(":"):  # a mapping's first line: start-end perms ...
-                    s, e = (int(x, 16) for x in head.split("-"))
-                    inside = any(a <= s and e <= b for a, b in runs)
-                elif inside and head == "AnonHugePages:":
-                    total += int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return total
 
 
 def anon_huge_bytes() -> int | None:
