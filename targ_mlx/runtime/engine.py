@@ -15,7 +15,6 @@ from typing import Any, Protocol, Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models.cache import KVCache
 
 from targ_mlx.runtime import sampling
 from targ_mlx.runtime.native.model import take_rows
@@ -89,15 +88,8 @@ class MlxLMEngine:
         return [take_rows(c, rows) for c in cache]
 
     def row(self, cache: list[Any], b: int) -> list[Any]:
-        """Row b alone, to continue decoding it."""
-        out = []
-        for c in cache:
-            kv = KVCache()
-            kv.keys = c.keys[b : b + 1, :, : c.offset, :]
-            kv.values = c.values[b : b + 1, :, : c.offset, :]
-            kv.offset = c.offset
-            out.append(kv)
-        return out
+        """Row b alone, to continue decoding it (a copy)."""
+        return [take_rows(c, [b]) for c in cache]
 
     def huge_pages(self, mode: str) -> int:
         """Page sizes are the CPU kernels' concern (their weights stream once a token); MLX's own

@@ -469,7 +469,6 @@ void pre_run(const PreSpec& p, const array* in, float* q, float* k, float* v) {
   targ::rope_split(qkv.p, B, L, p.hq, p.hkv, p.d, c.data<float>(), s.data<float>(), c.shape(2), p.trad, q, k, v);
 }
 
-
 // pre_run's inputs for x (B, L, hidden), checked (`op` names the caller in errors).
 std::vector<array> pre_inputs(const char* op, const array& x, const array& norm, const std::vector<int>& forms,
                               const std::vector<array>& weights, const std::optional<array>& bias, const array& cos_t,
@@ -491,7 +490,6 @@ std::vector<array> pre_inputs(const char* op, const array& x, const array& norm,
   ins.push_back(as_f32(sin_t));
   return ins;
 }
-
 
 // h = a O^T (+ bias) + x; out = down(swiglu(gate|up parts(rms_norm(h)) (+ bias))) (+ bias) + h,
 // for M rows of width H; `w` holds o..., [o bias], norm, gate|up parts..., [their bias], down...,
