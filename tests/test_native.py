@@ -271,6 +271,23 @@ def test_batched_rows_are_bitwise_the_batch1_rows(backbone):
         assert g.entropies[i][: len(d.entropies)] == d.entropies and g.gaps[i][: len(d.gaps)] == d.gaps
 
 
+def test_last_position_alone_is_bitwise_the_whole_forward(backbone):
+    """`last_logits` runs the last layer's attention and MLP for the last position only; its
+    logits and the keys it leaves in the cache are bit for bit those of the whole forward."""
+    lm = backbone.engine.lm
+    ids = [backbone.tokenizer.chat_ids(prompts.messages(q, None, "short")) for q in QUESTIONS[:3]]
+    width = max(len(s) for s in ids)
+    pads = [width - len(s) for s in ids]
+    tokens = mx.array([[0] * p + s for p, s in zip(pads, ids)], dtype=mx.int32)
+    for rows, cache_of in ((tokens[:1, pads[0]:], lambda: backbone.make_cache()),
+                           (tokens, lambda: batch.make_batch_cache(backbone, pads))):
+        whole, alone = cache_of(), cache_of()
+        want = lm.head(lm.hidden(rows, whole)[:, -1:, :])[:, -1, :].astype(mx.float32)
+        got = backbone.engine.last_logits(rows, alone)
+        assert got.shape == want.shape and mx.array_equal(got, want)
+        assert all(mx.array_equal(a.keys, b.keys) and mx.array_equal(a.values, b.values) for a, b in zip(whole, alone))
+
+
 def test_variance_draft_shares_the_prompt_and_keeps_the_greedy_row(backbone):
     """The variance draft's rows read the prompt's keys in place; its greedy row, and the answer
     continued from its cache, are bit for bit the plain draft's."""

@@ -33,7 +33,7 @@ class NativeEngine:
         self.lm.hidden(tokens, cache)
 
     def last_logits(self, tokens: mx.array, cache: list[Any]) -> mx.array:
-        return self.lm.head(self.lm.hidden(tokens, cache)[:, -1:, :])[:, -1, :].astype(mx.float32)
+        return self.lm.head(self.lm.hidden(tokens, cache, last=True))[:, -1, :].astype(mx.float32)
 
     def step(self, tokens: mx.array, cache: list[Any]) -> mx.array:
         return self.lm(tokens[:, None], cache)[:, -1, :]
