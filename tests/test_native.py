@@ -297,3 +297,31 @@ def test_variance_draft_shares_the_prompt_and_keeps_the_greedy_row(backbone):
     assert len(var.samples) == 5 and all(len(s) >= 1 for s in var.samples)
     assert [c.positions for c in var.cache] == [c.offset for c in plain.cache]
     assert continue_greedy(backbone, var, 8)[0] == continue_greedy(backbone, plain, 8)[0]
+
+
+def test_the_split_into_tasks_changes_no_bit(tmp_path):
+    """Kernels split their rows and columns into tasks the threads take from a shared counter;
+    how many tasks (TARG_MLX_TASKS_PER_THREAD) must not change a result: a prefill's logits and
+    four decode steps' are compared, bit for bit, across three splits in fresh processes."""
+    import hashlib
+    import os
+    import subprocess
+
+    script = tmp_path / "split.py"
+    script.write_text(
+        "import hashlib, numpy as np, mlx.core as mx\n"
+        "from targ_mlx.runtime.backbone import load_backbone\n"
+        "bb = load_backbone('smollm2-135m')\n"
+        "c = bb.make_cache()\n"
+        "ids = [(i * 7919) % 40000 + 100 for i in range(300)]\n"
+        "lg = bb.prefill(ids, c); out = [np.array(lg)]\n"
+        "for _ in range(4):\n"
+        "    lg = bb.step(mx.argmax(lg, axis=-1), c); out.append(np.array(lg))\n"
+        "print(hashlib.sha256(b''.join(o.tobytes() for o in out)).hexdigest())\n")
+    digests = set()
+    for n in ("1", "3", "16"):
+        env = {**os.environ, "TARG_MLX_TASKS_PER_THREAD": n, "TARG_MLX_THREADS": "2"}
+        r = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        digests.add(r.stdout.strip().splitlines()[-1])
+    assert len(digests) == 1, digests

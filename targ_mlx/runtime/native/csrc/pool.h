@@ -121,10 +121,29 @@ inline Pool& pool() {
   return p;
 }
 
+// Tasks a range is split into per thread. Threads take tasks from a shared counter, so with more
+// tasks than threads a thread the OS or the hypervisor stops mid-kernel (2 vCPUs carry the
+// kernels, MLX's stream thread and Python) leaves the rest of its share to the others instead of
+// holding up the step, as llama.cpp's matmul chunks do. Every kernel computes each output row or
+// column by itself, so the split changes no result. 16: with a busy thread beside it on 2 Zen 4
+// cores the 1.5B's prefill ran 1.25x one task a thread, and as fast on an idle machine
+// (BENCHMARKS.md, "Tasks per thread"). TARG_MLX_TASKS_PER_THREAD=N to time others.
+#ifndef TARG_TASKS_PER_THREAD
+#define TARG_TASKS_PER_THREAD 16
+#endif
+inline int tasks_per_thread() {
+  static const int k = [] {
+    const char* env = std::getenv("TARG_MLX_TASKS_PER_THREAD");
+    int n = env ? std::atoi(env) : 0;
+    return n > 0 ? n : TARG_TASKS_PER_THREAD;
+  }();
+  return k;
+}
+
 // Split [0, n) into about `parts` contiguous ranges of multiples of `align`; fn(begin, end).
 inline void parallel_range(int n, int align, int min_per_task, const std::function<void(int, int)>& fn) {
   Pool& p = pool();
-  int parts = std::min(p.size(), std::max(1, n / std::max(1, min_per_task)));
+  int parts = p.size() == 1 ? 1 : std::min(p.size() * tasks_per_thread(), std::max(1, n / std::max(1, min_per_task)));
   if (parts <= 1) {
     fn(0, n);
     return;
