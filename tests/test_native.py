@@ -279,7 +279,7 @@ def test_last_position_alone_is_bitwise_the_whole_forward(backbone):
     width = max(len(s) for s in ids)
     pads = [width - len(s) for s in ids]
     tokens = mx.array([[0] * p + s for p, s in zip(pads, ids)], dtype=mx.int32)
-    for rows, cache_of in ((tokens[:1, pads[0]:], lambda: backbone.make_cache()),
+    for rows, cache_of in ((tokens[:1, pads[0]:], backbone.make_cache),
                            (tokens, lambda: batch.make_batch_cache(backbone, pads))):
         whole, alone = cache_of(), cache_of()
         want = lm.head(lm.hidden(rows, whole)[:, -1:, :])[:, -1, :].astype(mx.float32)
@@ -303,7 +303,6 @@ def test_the_split_into_tasks_changes_no_bit(tmp_path):
     """Kernels split their rows and columns into tasks the threads take from a shared counter;
     how many tasks (TARG_MLX_TASKS_PER_THREAD) must not change a result: a prefill's logits and
     four decode steps' are compared, bit for bit, across three splits in fresh processes."""
-    import hashlib
     import os
     import subprocess
 
