@@ -77,3 +77,15 @@ def test_export_markdown():
     assert "**You:** capital of France?" in md
     assert "> margin U=0.500 tau=0.350: retrieved" in md
     assert "> [1] Paris (0.810)" in md
+
+
+def test_the_chat_entry_point_loads_no_mlx_before_binding_blas():
+    """`targ-chat` binds OpenBLAS into MLX before the app imports mlx.core; importing its package
+    and entry module must not load MLX first (it did, through the app: reference BLAS in the app)."""
+    import subprocess
+    import sys
+
+    code = "import sys, tui, tui.__main__; print('mlx.core' in sys.modules)"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "False"
