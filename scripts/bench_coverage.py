@@ -3,7 +3,8 @@
 hit@K = an accepted answer string occurs in the text of the top K passages (the eval's
 `contains`, the same test as the records' `hit`), on the eval's own seeded samples of each QA set
 (500 questions, seed 0, as `python -m targ_mlx.eval` draws them). Every mode the index supports is
-searched: dense (vectors), bm25 (its BM25 part) and hybrid (both, fused by reciprocal rank); a
+searched: dense (vectors), bm25 (its BM25 part) and hybrid (both, fused by reciprocal rank), and with
+--exact dense search without the HNSW graph (every vector compared: what the graph costs); a
 BM25-only index (built with --no-dense) has no dense mode, and its hybrid re-orders BM25's top 20 by
 cosine, encoding them per question (slow: ~20 passages a question). BM25 ranks here come from the
 lexical index directly, so no passage is encoded just for them.
@@ -33,13 +34,19 @@ DATASETS = {"nq_open": QA / "nq_open_dev.jsonl", "triviaqa": QA / "triviaqa_dev.
 DEPTH = 20
 
 
-def _searchers(folder: Path) -> dict:
+def _searchers(folder: Path, exact: bool = False) -> dict:
     """mode -> f(questions) -> top-DEPTH passage texts per question."""
     base = open_retriever(folder)
     dense = base.index is not None
     out = {}
     if dense:
         out["dense"] = lambda qs: [[p.text for p in ps] for ps in base.search_batch(qs, DEPTH)]
+        if exact:  # every vector compared, no graph: what the HNSW approximation costs in coverage
+            def dense_exact(qs):
+                vecs = base.encoder.encode_queries(qs)
+                return [[p.text for p in ps] for ps in base.search_vectors(vecs, DEPTH, exact=True)]
+
+            out["exact"] = dense_exact
     if has_lexical(folder):
         lex = LexicalIndex.open(folder)
 
@@ -56,9 +63,9 @@ def _searchers(folder: Path) -> dict:
     return out
 
 
-def measure(folder: Path, limit: int, seed: int) -> dict:
+def measure(folder: Path, limit: int, seed: int, exact: bool = False) -> dict:
     res: dict = {}
-    searchers = _searchers(folder)
+    searchers = _searchers(folder, exact)
     for name, path in DATASETS.items():
         items = sample(read_jsonl(path), limit, seed)
         qs = [it.question for it in items]
@@ -82,6 +89,7 @@ def main(argv=None) -> int:
     p.add_argument("--limit", type=int, default=500)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output", default="runs/coverage.json")
+    p.add_argument("--exact", action="store_true", help="also dense search without the HNSW graph (brute force)")
     args = p.parse_args(argv)
     out = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": platform.processor() or platform.machine(),
            "cpu_flags": subprocess.run("grep -o 'avx512[a-z_]*\\|avx2' /proc/cpuinfo | sort -u | tr '\\n' ' '",
@@ -91,15 +99,16 @@ def main(argv=None) -> int:
         name, _, folder = spec.partition("=")
         m = open_retriever(folder).manifest
         out["indexes"][name] = {"folder": folder, "passages": m["counts"]["passages"], "corpora": m["build"]["corpora"],
-                                "results": measure(Path(folder), args.limit, args.seed)}
+                                "results": measure(Path(folder), args.limit, args.seed, args.exact)}
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(json.dumps(out, indent=2))
-    print("\n| index (passages) | dataset | " + " | ".join(f"{m} hit@5 / @20" for m in ("dense", "bm25", "hybrid")) + " |")
-    print("|---|---|---|---|---|")
+    modes = ("dense", "exact", "bm25", "hybrid") if args.exact else ("dense", "bm25", "hybrid")
+    print("\n| index (passages) | dataset | " + " | ".join(f"{m} hit@5 / @20" for m in modes) + " |")
+    print("|---|---|" + "---|" * len(modes))
     for name, ix in out["indexes"].items():
-        for ds, modes in ix["results"].items():
-            cells = [f"{100 * modes[m]['hit@5']:.1f} / {100 * modes[m]['hit@20']:.1f}" if m in modes else "—"
-                     for m in ("dense", "bm25", "hybrid")]
+        for ds, found in ix["results"].items():
+            cells = [f"{100 * found[m]['hit@5']:.1f} / {100 * found[m]['hit@20']:.1f}" if m in found else "—"
+                     for m in modes]
             print(f"| {name} ({ix['passages']:,}) | {ds} | " + " | ".join(cells) + " |")
     return 0
 
