@@ -58,7 +58,8 @@ def index_folders(flag: list[str] | None, configured: str | None) -> list[str]:
 def open_index(paths: list[str], retriever: str | None = None):
     """A zero-argument loader for the retriever, so answers that skip retrieval never load it.
 
-    `retriever`: dense, bm25 or hybrid (None: dense, or bm25 on BM25-only indexes: `retriever_mode`)."""
+    `retriever`: dense, bm25 or hybrid (None: `retriever_mode`'s choice: bm25 on BM25-only indexes,
+    hybrid on big ones with both parts, else dense)."""
 
     def load():
         from targ_mlx import index

@@ -117,6 +117,20 @@ def test_hybrid_fusion_ranks_by_reciprocal_rank():
     assert [x.key for x in fuse([dense, lexical], 4)] == [1, 3, 2, 4]
 
 
+def test_a_big_index_with_both_parts_is_searched_hybrid_by_default(small_index_dir, monkeypatch):
+    from targ_mlx.index import merged
+
+    size = len(open_indexes([small_index_dir], retriever="dense"))
+    monkeypatch.setattr(merged, "HYBRID_FROM", size + 1)  # one passage short of "big": dense
+    assert merged.retriever_mode([small_index_dir], None) == "dense"
+    assert not isinstance(open_indexes([small_index_dir]), HybridRetriever)
+    monkeypatch.setattr(merged, "HYBRID_FROM", size)
+    assert merged.retriever_mode([small_index_dir], None) == "hybrid"
+    found = open_indexes([small_index_dir])
+    assert isinstance(found, HybridRetriever) and found.mode == "hybrid"
+    assert merged.retriever_mode([small_index_dir], "dense") == "dense"  # asked for: kept
+
+
 def test_hybrid_search_carries_both_raw_scores_for_every_passage(small_index_dir, small_index_questions):
     assert has_lexical(small_index_dir)
     assert not isinstance(open_indexes([small_index_dir]), HybridRetriever)  # dense stays the default

@@ -49,12 +49,18 @@ class MergedRetriever:
             p.close()
 
 
-def retriever_mode(paths: Sequence[Path | str], wanted: str | None) -> str:
-    """`wanted`, checked; None: dense, or bm25 where a folder has no vectors (a BM25-only index).
+# From this many passages (all folders together) hybrid is the default where every folder has both
+# parts. On held-out questions (scripts/probe_fusion.py, BENCHMARKS.md "Answer coverage") fusing BM25
+# in lost 1-2.4 points of hit@5 over the Vital leads (9,554 passages) and the clean corpus (21,716),
+# and gained 0.2 / 3.0 / 2.2 (NQ-Open / TriviaQA / PopQA) over the large corpus (994,419): a big
+# corpus holds more passages that share the question's rare words, which dense search ranks below
+# near-paraphrases of it. Between the two sizes nothing was measured; 100k sits between them.
+HYBRID_FROM = 100_000
 
-    Hybrid is not the default: over the Vital leads and the clean corpus it found an answer in
-    the top 5 no more often than dense alone (BENCHMARKS.md, "Answer coverage"), and on held-out
-    dev questions every weight of BM25 in the fusion scored at or below dense alone."""
+
+def retriever_mode(paths: Sequence[Path | str], wanted: str | None) -> str:
+    """`wanted`, checked; None: bm25 where a folder has no vectors (a BM25-only index), hybrid
+    where the folders have both parts and hold HYBRID_FROM passages or more, dense otherwise."""
     if wanted is not None and wanted not in MODES:
         raise ValueError(f"--retriever {wanted!r} is not one of {', '.join(MODES)}; fix: pick one of them")
     lacking = [Path(p) for p in paths if not has_lexical(Path(p))]
@@ -65,12 +71,21 @@ def retriever_mode(paths: Sequence[Path | str], wanted: str | None) -> str:
     if wanted is None:
         if no_vectors and not lacking:
             return BM25
+        if not lacking and not no_vectors and _passages(paths) >= HYBRID_FROM:
+            return HYBRID
         return DENSE
     if wanted != DENSE and lacking:
         raise IndexMissingError(
             f"{lacking[0]} has no BM25 part for --retriever {wanted}; fix: {fix_command(lacking[0])} "
             "(or --retriever dense)")
     return wanted
+
+
+def _passages(paths: Sequence[Path | str]) -> int:
+    try:
+        return sum(read_manifest(Path(p))["counts"]["passages"] for p in paths)
+    except (IndexError_, KeyError):
+        return 0  # not a finished index: open_retriever says what is wrong with it
 
 
 def _has_vectors(path: Path) -> bool:
@@ -85,8 +100,8 @@ def open_indexes(paths: Sequence[Path | str], expansion_search: int | None = Non
     hybrid/BM25 form).
 
     Args:
-        retriever: "dense", "bm25" or "hybrid"; None: `retriever_mode`'s choice (dense, or bm25 for
-            BM25-only indexes).
+        retriever: "dense", "bm25" or "hybrid"; None: `retriever_mode`'s choice (bm25 for BM25-only
+            indexes, hybrid from HYBRID_FROM passages, else dense).
     Its `manifest_id` names the combination, so the decision log tells which indexes answered.
     """
     if not paths:
