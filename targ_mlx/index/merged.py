@@ -52,9 +52,8 @@ class MergedRetriever:
 # From this many passages (all folders together) hybrid is the default where every folder has both
 # parts. On held-out questions (scripts/probe_fusion.py, BENCHMARKS.md "Answer coverage") fusing BM25
 # in lost 1-2.4 points of hit@5 over the Vital leads (9,554 passages) and the clean corpus (21,716),
-# and gained 0.2 / 3.0 / 2.2 (NQ-Open / TriviaQA / PopQA) over the large corpus (994,419): a big
-# corpus holds more passages that share the question's rare words, which dense search ranks below
-# near-paraphrases of it. Between the two sizes nothing was measured; 100k sits between them.
+# and gained 0.6 / 3.4 / 2.0 (NQ-Open / TriviaQA / PopQA) over the large corpus (994,419). Between
+# the two sizes nothing was measured; 100k sits between them.
 HYBRID_FROM = 100_000
 
 
