@@ -23,7 +23,7 @@ from targ_mlx.eval.datasets import read_jsonl, sample
 from targ_mlx.eval.metrics import contains
 from targ_mlx.index.lexical import LexicalIndex
 from targ_mlx.index.retriever import open_retriever
-from targ_mlx.retrieval import FUSE_DEPTH, RRF_C
+from targ_mlx.retrieval import FUSE_DEPTH, Passage, fuse
 
 QA = Path(__file__).resolve().parents[2] / "shared" / "data" / "qa"
 DATASETS = {"nq_open": QA / "nq_open_dev.jsonl", "triviaqa": QA / "triviaqa_dev.jsonl", "popqa": QA / "popqa_1k.jsonl"}
@@ -31,12 +31,11 @@ WEIGHTS = (0.0, 0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
 
 def fused_top(dense: list[int], bm25: list[int], w: float, k: int = 5) -> list[int]:
-    """The top `k` keys of two rankings by weighted reciprocal rank (ties: dense's order first)."""
-    score: dict[int, float] = {}
-    for weight, ranking in ((w, dense), (1.0 - w, bm25)):
-        for rank, key in enumerate(ranking, start=1):
-            score[key] = score.get(key, 0.0) + weight / (RRF_C + rank)
-    return sorted(score, key=lambda key: -score[key])[:k]
+    """The top `k` keys of two rankings by the product's fusion, BM25 weighted 1 - w against w."""
+    def ranked(keys):
+        return [Passage(key, "", "", 0.0) for key in keys]
+
+    return [p.key for p in fuse([ranked(dense), ranked(bm25)], k, weights=[w, 1.0 - w])]
 
 
 def held_out(path: Path, limit: int) -> list:

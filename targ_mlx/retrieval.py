@@ -50,15 +50,17 @@ def check_k(k: int) -> None:
         raise ValueError(f"k must be a positive number of passages, got {k}")
 
 
-def fuse(rankings: Sequence[Sequence[Passage]], k: int, c: int = RRF_C) -> list[Passage]:
+def fuse(rankings: Sequence[Sequence[Passage]], k: int, c: int = RRF_C,
+         weights: Sequence[float] | None = None) -> list[Passage]:
     """The top `k` of several rankings of one index by reciprocal rank fusion: each passage scores
-    the sum of 1 / (c + rank) over the rankings it is in (ties: first seen first). A passage keeps
-    its own cosine `score`; the fused order is by rank, since the queries' cosines differ in scale."""
+    the sum of weight / (c + rank) over the rankings it is in (weights: 1 each unless given; ties:
+    first seen first). A passage keeps its own cosine `score`; the fused order is by rank, since
+    the queries' cosines differ in scale."""
     fused: dict[int, float] = {}
     first: dict[int, Passage] = {}
-    for ranking in rankings:
+    for ranking, weight in zip(rankings, weights or [1.0] * len(rankings)):
         for rank, p in enumerate(ranking, start=1):
-            fused[p.key] = fused.get(p.key, 0.0) + 1.0 / (c + rank)
+            fused[p.key] = fused.get(p.key, 0.0) + weight / (c + rank)
             first.setdefault(p.key, p)
     order = sorted(fused, key=lambda key: -fused[key])  # stable: ties stay in first-seen order
     return [first[key] for key in order[:k]]

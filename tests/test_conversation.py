@@ -99,6 +99,9 @@ def test_fuse_ranks_by_reciprocal_rank():
     assert fuse([a], 3) == a[:3]  # one ranking keeps its order
     assert fuse([a, b], 3, c=0)[0].key == 1  # c=0: 1 + 1/3 beats 1/2 + 1/3 (key 3)
     assert fuse([a, b], 6)[1] is a[2]  # a passage keeps its own fields and first-seen object
+    # weights scale each ranking's terms: b alone decides when a weighs 0, and 1s change nothing
+    assert [p.key for p in fuse([a, b], 3, weights=[0.0, 1.0])] == [p.key for p in b[:3]]
+    assert fuse([a, b], 6, weights=[1.0, 1.0]) == fuse([a, b], 6)
 
 
 def test_clean_rewrite_strips_labels_and_falls_back():
