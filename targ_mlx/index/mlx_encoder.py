@@ -7,8 +7,7 @@ was 1.6e-7 per coordinate), so an index built with either is searched and extend
 search of every `targ ask` cost 3.4 s, and torch's threads fight the OpenBLAS that MLX binds in
 the same process. On a CPU the matrix products run on that OpenBLAS and the rest on this
 project's kernels (`runtime/native/csrc/bert.h`: exact-erf GELU, LayerNorm with its residual,
-bidirectional attention over padded rows); on a Mac (Metal), on MLX's own ops. With mlx[cuda]
-the torch backend is used until this one has been checked there.
+bidirectional attention over padded rows); on a Mac (Metal) and with mlx[cuda], on MLX's own ops.
 
 Texts are sorted by length and batched, so little is padded; a text's vector depends only on its
 own tokens (rows are independent, attention stops at each row's length).
@@ -41,10 +40,8 @@ def unusable(folder: Path | str) -> str | None:
         return f"{folder} is not a mean-pooling model with model.safetensors"
     import mlx.core as mx
 
-    if sys.platform == "darwin":
-        return None
-    if mx.default_device() != mx.cpu:  # mlx[cuda]: not run on one yet, and torch there is fast and tried
-        return "the MLX encoder has not been checked on mlx[cuda]; torch runs on the GPU"
+    if sys.platform == "darwin" or mx.default_device() != mx.cpu:
+        return None  # Metal or mlx[cuda]: MLX's own ops (on an H100, BENCHMARKS.md "The encoder on mlx[cuda]")
     from targ_mlx import _blas
     from targ_mlx.runtime import native
 
