@@ -29,7 +29,7 @@ import numpy as np
 from targ_mlx.calibration import budget_threshold
 from targ_mlx.defaults import DEFAULT_BETA, DEFAULT_K
 from targ_mlx.eval.run import read_jsonl
-from targ_mlx.eval.sweep import split
+from targ_mlx.eval.sweep import split, split_pool
 from targ_mlx.gates import margin_score
 from targ_mlx.gates.evidence import MIN_SPLIT
 
@@ -47,7 +47,7 @@ def dev_rows(folders: list[Path], k: int, beta: float) -> dict[str, np.ndarray]:
             if not path.exists():
                 continue
             recs = read_jsonl(path)
-            dev, _ = split(len(recs), 0)
+            dev, _ = split(len(recs), 0, pool=split_pool(json.loads((path.parent / "config.json").read_text())))
             for i in dev:
                 r = recs[i]
                 ps = r["always"].get("passages") or []

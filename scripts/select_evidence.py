@@ -17,6 +17,7 @@ test halves are judged only afterwards, by the eval.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -25,7 +26,7 @@ import numpy as np
 from targ_mlx.calibration import budget_threshold, isotonic
 from targ_mlx.eval import controls as ctl
 from targ_mlx.eval.run import read_jsonl
-from targ_mlx.eval.sweep import BUDGETS, split
+from targ_mlx.eval.sweep import BUDGETS, split, split_pool
 from targ_mlx.gates import margin_score
 from targ_mlx.gates.evidence import fit_calibration, interp, memory_fit
 
@@ -47,7 +48,7 @@ def cells(folders, k, beta):
             if not path.exists():
                 continue
             recs = read_jsonl(path)
-            dev, _ = split(len(recs), 0)
+            dev, _ = split(len(recs), 0, pool=split_pool(json.loads((path.parent / "config.json").read_text())))
             rows = [recs[i] for i in dev]
             out[f"{Path(folder).name}/{name}"] = {
                 "s1": np.array([max((p[2] for p in r["always"]["passages"]), default=0.0) for r in rows]),

@@ -118,6 +118,28 @@ def test_second_corpus_reuses_the_corpus_free_fields(tmp_path, small_index_dir, 
 
 
 @pytest.mark.slow
+def test_an_extended_cell_keeps_its_records_and_dev_half_and_judges_the_added_questions_as_test(tmp_path, small_index_dir,
+                                                                                                capsys):
+    out = tmp_path / "out"
+    args = ["--data-file", NQ, "--index", str(small_index_dir), "--output-dir", str(out), *TINY, "--latency-sample", "0"]
+    assert main([*args, "--limit", "4"]) == 0
+    before = (out / "records.jsonl").read_text().splitlines()
+    assert main([*args, "--limit", "6", "--split-pool", "4"]) == 0
+    after = (out / "records.jsonl").read_text().splitlines()
+    assert after[:4] == before and len(after) == 6  # the recorded questions untouched, in place; 2 added
+    assert json.loads((out / "config.json").read_text())["args"]["split_pool"] == 4
+    text = (out / "summary.md").read_text()
+    assert "the first 4 split into dev and test halves; the 2 added after them" in text
+    assert "dev n = 2, test n = 4" in text  # the dev half of the 4; their test half and both added questions
+    # a rerun without the flag keeps the extended order; another pool is refused with the fix
+    assert main([*args, "--limit", "6", "--report-only"]) == 0
+    assert (out / "records.jsonl").read_text().splitlines() == after and "dev n = 2, test n = 4" in (out / "summary.md").read_text()
+    assert main([*args, "--limit", "6", "--split-pool", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "--split-pool 3" in err and "pass --split-pool 4" in err
+
+
+@pytest.mark.slow
 def test_eval_searches_as_told_records_both_scores_and_a_resumed_run_keeps_its_mode(tmp_path, small_index_dir):
     out = tmp_path / "out"
     args = ["--data-file", NQ, "--index", str(small_index_dir), "--output-dir", str(out), *TINY, "--latency-sample", "0"]

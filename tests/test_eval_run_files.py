@@ -3,6 +3,8 @@ the sample's order whatever order a resumed run appended them in (the dev/test s
 
 import json
 
+import pytest
+
 from targ_mlx.eval.datasets import QAItem
 from targ_mlx.eval.run import append_jsonl, in_item_order, read_jsonl, resume_jsonl
 
@@ -46,3 +48,27 @@ def test_an_ordered_file_is_not_rewritten(tmp_path):
     before = path.stat().st_mtime_ns
     in_item_order(path, _items("q1", "q2"))
     assert path.stat().st_mtime_ns == before and not (tmp_path / "records.jsonl.tmp").exists()
+
+
+def test_an_extended_sample_keeps_the_first_sample_in_place_and_adds_only_new_questions():
+    from targ_mlx.eval.datasets import sample
+
+    items = _items(*(f"q{i}" for i in range(40)))
+    first = sample(items, 10, 0)
+    grown = sample(items, 25, 0, pool=10)
+    assert grown[:10] == first  # the recorded cell's questions, in their positions
+    assert len(grown) == 25 and len({it.id for it in grown}) == 25  # 15 new, none twice
+    assert grown == sample(items, 25, 0, pool=10)  # seeded: a resumed run draws the same
+    assert sample(items, None, 0, pool=10)[:10] == first and len(sample(items, None, 0, pool=10)) == 40
+    with pytest.raises(ValueError, match="--split-pool 10 .* below --limit 10"):
+        sample(items, 10, 0, pool=10)
+
+
+def test_an_extended_split_keeps_the_dev_half_and_puts_every_added_question_in_test():
+    from targ_mlx.eval.sweep import split
+
+    dev0, test0 = split(500, 0)
+    dev, test = split(1000, 0, pool=500)
+    assert list(dev) == list(dev0)  # the budgets and calibrations were chosen on these
+    assert list(test) == [*test0, *range(500, 1000)]
+    assert list(split(500, 0, pool=500)[1]) == list(test0) and list(split(1000, 0)[0]) != list(dev0)

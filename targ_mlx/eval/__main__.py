@@ -60,6 +60,11 @@ def setup_arg_parser() -> argparse.ArgumentParser:
                    help="the same run over another corpus (its --output-dir): reuse each question's draft, samples, "
                         "Never answer and corpus-free probes, and compute only retrieval, the Always answer and "
                         "CRAG-lite's grade for this --index")
+    p.add_argument("--split-pool", type=int, metavar="N",
+                   help="extend a cell first recorded at --limit N to a larger --limit: its N questions keep their "
+                        "place, the dev/test split stays drawn over them, and every added question is test (held out "
+                        "from the budgets and calibrations chosen on dev); default: the pool the folder was extended "
+                        "under, else none")
     p.add_argument("--db", help="also write every per-question decision to this decision-log file")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
@@ -111,7 +116,7 @@ def _versions() -> dict:
     return v
 
 
-def evaluate_dataset(name, items, args, out: Path, bb, retriever, log, session) -> dict:
+def evaluate_dataset(name, items, args, out: Path, bb, retriever, log, session, pool: int | None = None) -> dict:
     from targ_mlx.config import default_model
     from targ_mlx.eval import report
     from targ_mlx.eval.record import fill_scores
@@ -161,7 +166,7 @@ def evaluate_dataset(name, items, args, out: Path, bb, retriever, log, session) 
     if fill_scores(records, model, s.beta):  # a gate registered after the records were made
         write_jsonl(out / "records.jsonl", records)
     latency = {r["id"]: r for r in read_jsonl(out / "latency.jsonl")}
-    config = {"dataset": name, "n_items": len(items), "args": {k: v for k, v in vars(args).items()},
+    config = {"dataset": name, "n_items": len(items), "args": {**vars(args), "split_pool": pool},
               "settings": asdict(s), "versions": _versions(), "model": bb.model_id if bb is not None else (args.model or "smollm2-135m"),
               "index": str(args.index), "run": run_info,
               **(_corpus_info(retriever) if retriever else _corpus_info_from({"index": args.index})),
@@ -254,9 +259,25 @@ def _resumed_retriever(root: Path, names: list[str]) -> str | None:
     return None
 
 
+def _split_pool(args, out: Path) -> int | None:
+    """The --split-pool for one dataset's folder: the flag, else the one its records were extended under."""
+    from targ_mlx.eval.sweep import split_pool
+
+    cfg = out / "config.json"
+    recorded = split_pool(json.loads(cfg.read_text())) if cfg.is_file() else None
+    if args.split_pool is None:  # a rerun or --report-only of an extended cell keeps its questions' order
+        return recorded if recorded is not None and (not args.limit or args.limit > recorded) else None
+    if recorded is not None and recorded != args.split_pool:
+        raise ValueError(f"--split-pool {args.split_pool}: {out} was extended with --split-pool {recorded}; "
+                         f"fix: pass --split-pool {recorded} (its dev half is drawn over those questions)")
+    return args.split_pool
+
+
 def run(args) -> int:
-    sets = [(name, sample(items, args.limit or None, args.seed)) for name, items in _datasets(args)]
+    named = _datasets(args)
     root = Path(args.output_dir)
+    pools = {name: _split_pool(args, root if len(named) == 1 else root / name) for name, _ in named}
+    sets = [(name, sample(items, args.limit or None, args.seed, pools[name])) for name, items in named]
     bb = retriever = log = None
     session = f"eval-{uuid.uuid4().hex[:8]}"
     if not args.report_only:
@@ -278,7 +299,7 @@ def run(args) -> int:
     summaries = {}
     for name, items in sets:
         out = root if len(sets) == 1 else root / name
-        summaries[name] = evaluate_dataset(name, items, args, out, bb, retriever, log, session)
+        summaries[name] = evaluate_dataset(name, items, args, out, bb, retriever, log, session, pools[name])
         print((out / "summary.md").read_text(encoding="utf-8"))
     if len(sets) > 1:
         from targ_mlx.eval import report

@@ -70,8 +70,21 @@ def load_hf(name: str) -> list[QAItem]:
                    tuple(a for qa in r["qa_pairs"] for a in qa["short_answers"])) for r in rows]
 
 
-def sample(items: list[QAItem], limit: int | None, seed: int) -> list[QAItem]:
-    """A seeded sample of `limit` items in their original order (all items when limit is None)."""
+def sample(items: list[QAItem], limit: int | None, seed: int, pool: int | None = None) -> list[QAItem]:
+    """A seeded sample of `limit` items in their original order (all items when limit is None).
+
+    With `pool`, the sample of `pool` items comes first, exactly as `sample(items, pool, seed)` gives
+    it, then `limit - pool` more drawn from the items outside it (in their order): a cell recorded
+    at `--limit pool` keeps its questions and their positions, which its dev/test split is drawn over.
+    """
+    if pool is not None:
+        if pool < 1 or (limit is not None and pool >= limit):
+            raise ValueError(f"--split-pool {pool} must be at least 1 and below --limit {limit}; fix: give the "
+                             "--limit the cell was first recorded at as --split-pool, and a larger --limit")
+        first = sample(items, pool, seed)
+        ids = {it.id for it in first}
+        rest = [it for it in items if it.id not in ids]
+        return first + sample(rest, None if limit is None else limit - pool, seed)
     if limit is None or limit >= len(items):
         return list(items)
     if limit < 1:

@@ -118,8 +118,11 @@ def render(name: str, sig: Signals, a: an.Analysis, points, never: Point, always
     st, run = cfg.get("settings", {}), _record_run(cfg)
     regime = cfg.get("corpus_regime")
     other = "em" if head == "acc" else "acc"
+    pool = sweep.split_pool(cfg)
+    extended = (f" (the first {pool} split into dev and test halves; the {sig.n - pool} added after them "
+                "with `--split-pool` are all test)" if pool and sig.n > pool else "")
     lines = [f"# {name}: TARG evaluation", "",
-             f"n = {sig.n} questions; model {cfg.get('model', '?')}; index `{cfg.get('index', '?')}`"
+             f"n = {sig.n} questions{extended}; model {cfg.get('model', '?')}; index `{cfg.get('index', '?')}`"
              + (f" ({REGIME_TEXT[regime]})" if regime else "")
              + (f", searched by {cfg['retriever']}" if cfg.get("retriever") else "") + f"; prompt `{st.get('prompt_style', '?')}`; "
              f"top-K {st.get('top_k', '?')}, L_ctx {st.get('context_tokens', '?')} tokens; max tokens "
@@ -322,7 +325,7 @@ def write_all(name: str, records: Sequence[dict], latency: dict, out: Path, k: i
     cfg = config or {}
     points = sweep.gate_points(sig)
     never, always = sweep.never_point(sig), sweep.always_point(sig)
-    dev, test = sweep.split(sig.n, seed)
+    dev, test = sweep.split(sig.n, seed, pool=sweep.split_pool(cfg))
     skr_test = None
     vecs = _question_vectors(records, config)
     if vecs is not None and len(dev) and len(test):

@@ -85,11 +85,11 @@ def with_variance(records: Sequence[dict], variance: dict[str, dict]) -> list[di
 
 
 def seed_rows(records: Sequence[dict], by_seed: dict[int, dict[str, dict]], k: int, run_seed: int,
-              n_boot: int) -> tuple[str, list[SeedRow]]:
+              n_boot: int, pool: int | None = None) -> tuple[str, list[SeedRow]]:
     """One row per seed, judged like the headline verdict (rho by dev score, tau by the one budget
     rule, test split of the run's seed) on the run's headline metric; returns (metric, rows)."""
     metric = an.headline_metric(Signals(records))
-    dev, test = sweep.split(len(records), run_seed)
+    dev, test = sweep.split(len(records), run_seed, pool=pool)
     rows = []
     for seed, variance in by_seed.items():
         sig = Signals(with_variance(records, variance))
@@ -158,7 +158,7 @@ def report(run_dir: Path, k: int, n_boot: int) -> str:
     first = complete[run_seed]
     changed = float(np.mean([any(complete[s][q].get(str(k)) != first[q].get(str(k)) for s in complete)
                              for q in ids])) if ids else 0.0
-    metric, rows = seed_rows(records, complete, k, run_seed, n_boot)
+    metric, rows = seed_rows(records, complete, k, run_seed, n_boot, sweep.split_pool(cfg))
     text = render(cfg.get("dataset", run_dir.name), metric, rows, k, len(records), changed)
     (run_dir / REPORT).write_text(text, encoding="utf-8")
     return text

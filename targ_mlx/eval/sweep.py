@@ -176,11 +176,22 @@ def best_overall(points: Sequence[Point], method: str, k: int | None, metric: st
     return max(cands, key=lambda p: (getattr(p, metric), -p.rate), default=None)
 
 
-def split(n: int, seed: int, dev_fraction: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
-    """Seeded disjoint dev/test row indices."""
-    perm = np.random.default_rng(seed).permutation(n)
-    cut = int(round(n * dev_fraction))
-    return np.sort(perm[:cut]), np.sort(perm[cut:])
+def split(n: int, seed: int, dev_fraction: float = 0.5, pool: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Seeded disjoint dev/test row indices.
+
+    With `pool`, the split is drawn over the first `pool` rows alone and every later row is test: a
+    cell recorded at `--limit pool` and extended later (`--split-pool`) keeps the dev half its
+    budgets and calibrations were chosen on, so the added questions are held out from all of them.
+    """
+    m = n if pool is None else min(pool, n)
+    perm = np.random.default_rng(seed).permutation(m)
+    cut = int(round(m * dev_fraction))
+    return np.sort(perm[:cut]), np.concatenate([np.sort(perm[cut:]), np.arange(m, n)])
+
+
+def split_pool(config: dict | None) -> int | None:
+    """The `--split-pool` a cell's records were extended under (config.json), None for a plain cell."""
+    return ((config or {}).get("args") or {}).get("split_pool")
 
 
 def tau_for_budget(u_dev: np.ndarray, rho: float) -> float:
