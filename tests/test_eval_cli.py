@@ -140,6 +140,24 @@ def test_an_extended_cell_keeps_its_records_and_dev_half_and_judges_the_added_qu
 
 
 @pytest.mark.slow
+def test_a_resumed_run_records_with_the_cells_model_not_the_default(tmp_path, small_index_dir, capsys, monkeypatch):
+    """Extending a cell with the apps' default model (the 1.5B where installed) instead of the one
+    that recorded it would mix two models' records in one cell: the recorded model is kept."""
+    out = tmp_path / "out"
+    args = ["--data-file", NQ, "--index", str(small_index_dir), "--output-dir", str(out), *TINY, "--latency-sample", "0"]
+    assert main([*args, "--limit", "2"]) == 0  # conftest: the default model is SmolLM2
+    monkeypatch.setenv("TARG_MLX_MODEL", "qwen2.5-coder-1.5b")  # now the default is another model
+    assert main([*args, "--limit", "3"]) == 0
+    assert json.loads((out / "config.json").read_text())["model"] == "smollm2-135m"
+    drafts = [json.loads(x)["draft"] for x in (out / "records.jsonl").read_text().splitlines()]
+    assert len(drafts) == 3 and max(t for d in drafts for t in d) < 49152  # SmolLM2's vocabulary, all three
+    assert main([*args, "--limit", "4", "--model", "qwen2.5-coder-1.5b"]) == 2  # refused before loading it
+    err = capsys.readouterr().err
+    assert "holds records of smollm2-135m" in err and "pass --model smollm2-135m" in err
+    assert len((out / "records.jsonl").read_text().splitlines()) == 3
+
+
+@pytest.mark.slow
 def test_eval_searches_as_told_records_both_scores_and_a_resumed_run_keeps_its_mode(tmp_path, small_index_dir):
     out = tmp_path / "out"
     args = ["--data-file", NQ, "--index", str(small_index_dir), "--output-dir", str(out), *TINY, "--latency-sample", "0"]

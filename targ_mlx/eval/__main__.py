@@ -35,8 +35,8 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=DEFAULT_LIMIT, help=f"seeded sample size per dataset (default {DEFAULT_LIMIT}; 0 = all)")
     p.add_argument("--index", help="index folder (default: the offline default index)")
     p.add_argument("--retriever", choices=RETRIEVERS, help=RETRIEVER_HELP)
-    p.add_argument("--model", default=None, help="alias (qwen2.5-coder-1.5b: the default where installed; smollm2-135m), .gguf path, "
-                   "MLX folder or mlx-lm repo id")
+    p.add_argument("--model", default=None, help="alias (qwen2.5-coder-1.5b, smollm2-135m), .gguf path, MLX folder or mlx-lm "
+                   "repo id (default: the model of the records already in --output-dir, else the 1.5B where installed)")
     p.add_argument("--output-dir", required=True, help="where records, tables and plots go (one subfolder per dataset when several)")
     p.add_argument("--prompt", choices=("paper", "short"), default="short", help="prompt style (default short: few-shot short answers)")
     p.add_argument("--k", type=int, default=DEFAULT_K, help=f"prefix length of the headline table (default {DEFAULT_K})")
@@ -259,6 +259,34 @@ def _resumed_retriever(root: Path, names: list[str]) -> str | None:
     return None
 
 
+def _resumed_model(args, outs: list[Path]) -> str | None:
+    """The model to record with: --model, else the one whose records are already in the output folders.
+
+    A resumed run that loaded the default model instead would append another model's records to
+    the cell (its dev/test statistics would mix two models), so a --model other than the
+    recorded one is refused with the fix.
+    """
+    from targ_mlx.runtime.model_spec import model_key
+
+    recorded = {}
+    for out in outs:
+        cfg = out / "config.json"
+        if (out / "records.jsonl").is_file() and cfg.is_file() and json.loads(cfg.read_text()).get("model"):
+            recorded[out] = json.loads(cfg.read_text())["model"]
+    models = set(recorded.values())
+    if len(models) > 1:
+        raise ValueError(f"--output-dir {args.output_dir}: its folders were recorded with {', '.join(sorted(models))}; "
+                         "fix: extend each model's folders in their own run")
+    if not models:
+        return args.model
+    (model,) = models
+    if args.model is not None and model_key(args.model) != model:
+        where = next(iter(recorded))
+        raise ValueError(f"--model {args.model}: {where} holds records of {model}; fix: pass --model {model}, "
+                         "or another --output-dir")
+    return args.model or model
+
+
 def _split_pool(args, out: Path) -> int | None:
     """The --split-pool for one dataset's folder: the flag, else the one its records were extended under."""
     from targ_mlx.eval.sweep import split_pool
@@ -276,7 +304,8 @@ def _split_pool(args, out: Path) -> int | None:
 def run(args) -> int:
     named = _datasets(args)
     root = Path(args.output_dir)
-    pools = {name: _split_pool(args, root if len(named) == 1 else root / name) for name, _ in named}
+    outs = {name: root if len(named) == 1 else root / name for name, _ in named}
+    pools = {name: _split_pool(args, out) for name, out in outs.items()}
     sets = [(name, sample(items, args.limit or None, args.seed, pools[name])) for name, items in named]
     bb = retriever = log = None
     session = f"eval-{uuid.uuid4().hex[:8]}"
@@ -291,6 +320,7 @@ def run(args) -> int:
         args.index = folder
         args.retriever = args.retriever or _resumed_retriever(root, [n for n, _ in sets])
         retriever = index.open_indexes([folder], retriever=args.retriever)
+        args.model = _resumed_model(args, list(outs.values()))
         bb = load_backbone(args.model or default_model(), huge_pages="collapse")  # runs for hours
         if args.db:
             from targ_mlx.log.decisions import DecisionLog
@@ -298,7 +328,7 @@ def run(args) -> int:
             log = DecisionLog(args.db)
     summaries = {}
     for name, items in sets:
-        out = root if len(sets) == 1 else root / name
+        out = outs[name]
         summaries[name] = evaluate_dataset(name, items, args, out, bb, retriever, log, session, pools[name])
         print((out / "summary.md").read_text(encoding="utf-8"))
     if len(sets) > 1:
