@@ -8,6 +8,7 @@ mlx-lm `TokenizerWrapper` for models loaded with `mlx_lm.load`.
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime
 from typing import Protocol, Sequence
 
@@ -41,9 +42,10 @@ class ChatTokenizer(Protocol):
     def chat_ids(self, messages: list[dict], add_generation_prompt: bool = True) -> list[int]: ...
 
 
-def render_chat_template(template: str, messages: list[dict], bos: str, eos: str,
-                         add_generation_prompt: bool = True) -> str:
-    """Render a HF-style Jinja chat template the way transformers does."""
+@functools.lru_cache(maxsize=8)
+def _compiled_template(template: str):
+    """A chat template compiled once per process, as transformers caches it: compiling it for
+    every prompt took 3.0 ms against 0.5 ms to render (the eval renders five prompts a question)."""
     from jinja2.exceptions import TemplateError
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -52,8 +54,14 @@ def render_chat_template(template: str, messages: list[dict], bos: str, eos: str
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     env.globals["raise_exception"] = raise_exception
-    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
-    return env.from_string(template).render(
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)  # read at render time
+    return env.from_string(template)
+
+
+def render_chat_template(template: str, messages: list[dict], bos: str, eos: str,
+                         add_generation_prompt: bool = True) -> str:
+    """Render a HF-style Jinja chat template the way transformers does."""
+    return _compiled_template(template).render(
         messages=messages, bos_token=bos, eos_token=eos, add_generation_prompt=add_generation_prompt
     )
 
