@@ -72,3 +72,15 @@ def test_an_extended_split_keeps_the_dev_half_and_puts_every_added_question_in_t
     assert list(dev) == list(dev0)  # the budgets and calibrations were chosen on these
     assert list(test) == [*test0, *range(500, 1000)]
     assert list(split(500, 0, pool=500)[1]) == list(test0) and list(split(1000, 0)[0]) != list(dev0)
+
+
+def test_a_row_holding_unicode_line_breaks_is_one_row(tmp_path):
+    """A TriviaQA question holds U+0085, which JSON writes raw and str.splitlines breaks at:
+    the record was read as two torn lines and dropped (a report of 999 of 1,000 questions)."""
+    path = tmp_path / "records.jsonl"
+    append_jsonl(path, [{"id": "q1", "question": "a\x85b"}, {"id": "q2", "question": "c\u2028d\u2029e"}, {"id": "q3"}])
+    rows, done = resume_jsonl(path)
+    assert [r["id"] for r in rows] == ["q1", "q2", "q3"] and done == {"q1", "q2", "q3"}
+    assert rows[0]["question"] == "a\x85b"
+    assert [r["id"] for r in in_item_order(path, _items("q3", "q2", "q1"))] == ["q3", "q2", "q1"]
+    assert len(read_jsonl(path)) == 3  # the rewritten file too

@@ -32,7 +32,11 @@ def read_jsonl(path: Path) -> list[dict]:
     if not path.is_file():
         return []
     rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    # JSON lines end at "\n" only: str.splitlines also breaks at U+0085, U+2028 and the like, which
+    # json.dumps(ensure_ascii=False) leaves raw inside strings (a TriviaQA question holds U+0085)
+    for line in path.read_text(encoding="utf-8").split("\n"):
+        if not line:
+            continue
         try:
             rows.append(json.loads(line))
         except json.JSONDecodeError:
