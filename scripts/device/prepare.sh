@@ -3,7 +3,7 @@
 # this tree plus ~64 MB and reaches no network (how issue 24's VNNI kernels and the mlx[cuda] path
 # were checked on 2026-11-26: BENCHMARKS.md, "mlx[cuda] on an H100").
 #
-#   scripts/device/prepare.sh [DIR]          # default .dev (add /.dev/ to .git/info/exclude)
+#   scripts/device/prepare.sh [DIR]          # default .dev (git-ignored)
 #   # then carry DIR and run there: bash scripts/device/check.sh DIR [SECONDS]   (outputs: $OUT)
 #
 # It holds: wheels for Python 3.12 (what targ_mlx needs beyond the machine's image: mlx, mlx-lm,
