@@ -161,7 +161,7 @@ def evaluate_dataset(name, items, args, out: Path, bb, retriever, log, session, 
         run_info["latency_new"] = len(read_jsonl(out / "latency.jsonl")) - timed_before
     records = in_item_order(out / "records.jsonl", items)
     prev = out / "config.json"
-    old = json.loads(prev.read_text()) if prev.is_file() else {}  # the config of the run that made the records
+    old = _config(out) or {}  # the config of the run that made the records
     model = bb.model_id if bb is not None else old.get("model") or args.model or default_model()
     if fill_scores(records, model, s.beta):  # a gate registered after the records were made
         write_jsonl(out / "records.jsonl", records)
@@ -197,7 +197,7 @@ def _reusable(folder: str | None, name: str, out: Path, s: RecordSettings, model
     src = root / name if (root / name / "records.jsonl").is_file() else root
     if src.resolve() == out.resolve() or not (src / "records.jsonl").is_file():
         return {}
-    cfg = json.loads((src / "config.json").read_text()) if (src / "config.json").is_file() else {}
+    cfg = _config(src) or {}
     theirs, ours = cfg.get("settings", {}), asdict(s)
     diff = [f"{k}={theirs.get(k)!r} (here {ours[k]!r})" for k in _SAME if k in theirs and
             (list(theirs[k]) if isinstance(theirs[k], list) else theirs[k]) != (list(ours[k]) if isinstance(ours[k], tuple) else ours[k])]
@@ -249,13 +249,19 @@ def _corpus_info_from(cfg: dict) -> dict:
     return {}
 
 
+def _config(folder: Path) -> dict | None:
+    """The config.json an earlier run wrote into `folder`, None where there is none."""
+    path = folder / "config.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
 def _resumed_retriever(root: Path, names: list[str]) -> str | None:
     """The search mode of the run whose records are already there (dense for runs made before
     BM25 existed), so that a resumed run adds records searched the same way; None for a new run."""
     for out in [root] + [root / n for n in names]:
-        cfg = out / "config.json"
-        if cfg.is_file():
-            return json.loads(cfg.read_text()).get("retriever", "dense")
+        cfg = _config(out)
+        if cfg is not None:
+            return cfg.get("retriever", "dense")
     return None
 
 
@@ -270,9 +276,9 @@ def _resumed_model(args, outs: list[Path]) -> str | None:
 
     recorded = {}
     for out in outs:
-        cfg = out / "config.json"
-        if (out / "records.jsonl").is_file() and cfg.is_file() and json.loads(cfg.read_text()).get("model"):
-            recorded[out] = json.loads(cfg.read_text())["model"]
+        theirs = (out / "records.jsonl").is_file() and (_config(out) or {}).get("model")
+        if theirs:
+            recorded[out] = theirs
     models = set(recorded.values())
     if len(models) > 1:
         raise ValueError(f"--output-dir {args.output_dir}: its folders were recorded with {', '.join(sorted(models))}; "
@@ -291,8 +297,7 @@ def _split_pool(args, out: Path) -> int | None:
     """The --split-pool for one dataset's folder: the flag, else the one its records were extended under."""
     from targ_mlx.eval.sweep import split_pool
 
-    cfg = out / "config.json"
-    recorded = split_pool(json.loads(cfg.read_text())) if cfg.is_file() else None
+    recorded = split_pool(_config(out))
     if args.split_pool is None:  # a rerun or --report-only of an extended cell keeps its questions' order
         return recorded if recorded is not None and (not args.limit or args.limit > recorded) else None
     if recorded is not None and recorded != args.split_pool:

@@ -63,14 +63,15 @@ def retriever_mode(paths: Sequence[Path | str], wanted: str | None) -> str:
     if wanted is not None and wanted not in MODES:
         raise ValueError(f"--retriever {wanted!r} is not one of {', '.join(MODES)}; fix: pick one of them")
     lacking = [Path(p) for p in paths if not has_lexical(Path(p))]
-    no_vectors = [Path(p) for p in paths if not _has_vectors(Path(p))]
+    manifests = [_finished_manifest(Path(p)) for p in paths]  # read once: vectors and size
+    no_vectors = [Path(p) for p, m in zip(paths, manifests) if m is not None and m["build"].get("dense", True) is False]
     if no_vectors and wanted == DENSE:
         raise IndexMismatchError(f"{no_vectors[0]} is a BM25-only index (built with --no-dense); "
                                  "fix: --retriever bm25 (or hybrid: BM25's top passages re-ordered by cosine)")
     if wanted is None:
         if no_vectors and not lacking:
             return BM25
-        if not lacking and not no_vectors and _passages(paths) >= HYBRID_FROM:
+        if not lacking and not no_vectors and _passages(manifests) >= HYBRID_FROM:
             return HYBRID
         return DENSE
     if wanted != DENSE and lacking:
@@ -80,18 +81,18 @@ def retriever_mode(paths: Sequence[Path | str], wanted: str | None) -> str:
     return wanted
 
 
-def _passages(paths: Sequence[Path | str]) -> int:
+def _passages(manifests: Sequence[dict | None]) -> int:
     try:
-        return sum(read_manifest(Path(p))["counts"]["passages"] for p in paths)
-    except (IndexError_, KeyError):
-        return 0  # not a finished index: open_retriever says what is wrong with it
+        return sum(m["counts"]["passages"] for m in manifests)
+    except (TypeError, KeyError):
+        return 0  # a folder not a finished index (None): open_retriever says what is wrong with it
 
 
-def _has_vectors(path: Path) -> bool:
+def _finished_manifest(path: Path) -> dict | None:
     try:
-        return read_manifest(path)["build"].get("dense", True) is not False
+        return read_manifest(path)
     except IndexError_:
-        return True  # not a finished index: open_retriever says what is wrong with it
+        return None  # not a finished index: open_retriever says what is wrong with it
 
 
 def open_indexes(paths: Sequence[Path | str], expansion_search: int | None = None, retriever: str | None = None):
