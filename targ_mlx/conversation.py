@@ -2,8 +2,8 @@
 
 `fit_history` keeps the latest turns that fit a token budget (oldest dropped first);
 `search_queries` turns a follow-up ("when was he born?") into standalone retrieval queries.
-The ways to do that are compared on TREC CAsT by `scripts/bench_rewrite.py` (BENCHMARKS.md,
-"Standalone retrieval queries"). Nothing here touches the index or the decision log.
+The ways to do that are compared on TREC CAsT by `scripts/bench/bench_rewrite.py` (BENCHMARKS.md,
+row "standalone retrieval queries"). Nothing here touches the index or the decision log.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ REWRITE_MAX_TOKENS = 32
 # the last 1 or 2 questions and more than SmolLM2's own rewrite. Alone it misses what a pronoun
 # stands for when that was the previous *answer* ("he" = Leonardo after "who painted the mona
 # lisa"), which `answer_query` carries; the default searches both and fuses the rankings
-# (defaults.DEFAULT_REWRITE; BENCHMARKS.md, "Standalone retrieval queries").
+# (defaults.DEFAULT_REWRITE; BENCHMARKS.md, row "standalone retrieval queries").
 QUESTIONS_KEPT: int | None = None
 
 REWRITE_SYSTEM = ("Rewrite the user's last question so that it can be understood without the conversation: "

@@ -1,7 +1,7 @@
 """Probe: BM25's top 20 over a BM25-only index re-ordered by the encoder's cosine (alone, or fused by
 reciprocal rank with BM25's order, which is what `--retriever hybrid` does there): hit@5 on N
-held-out questions of a QA set (seed 1, none of the eval's seed-0 sample). BENCHMARKS.md,
-"Answer coverage".
+held-out questions of a QA set (seed 1, none of the eval's seed-0 sample).
+docs/archive/benchmarks-journal.md, "Answer coverage".
 
     python scripts/archive/probe_bm25_rerank.py nq_open ../shared/data/qa/nq_open_dev.jsonl 100 [index/large-bm25]
 """

@@ -4,7 +4,8 @@ For an index with both parts (vectors and BM25), each held-out question (seed 1,
 seed-0 sample of 500) is searched once by each ranking, FUSE_DEPTH deep; the two are fused by
 weighted reciprocal rank, w / (60 + r_dense) + (1 - w) / (60 + r_bm25), for each w, and hit@5 is
 whether an accepted answer occurs in the fused top 5 (the eval's `contains`). w = 0.5 is what
-`--retriever hybrid` does; 1.0 is dense alone, 0.0 BM25 alone. BENCHMARKS.md, "Answer coverage".
+`--retriever hybrid` does; 1.0 is dense alone, 0.0 BM25 alone. docs/archive/benchmarks-journal.md,
+"Answer coverage".
 
     python scripts/archive/probe_fusion.py --index index/large-hybrid --limit 500
 """

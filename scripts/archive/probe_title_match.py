@@ -1,7 +1,7 @@
 """Probe: does naming an article help BM25? hit@5 over a BM25 index when passages of articles
 whose title is a phrase of the question are moved up, on held-out questions (seed 1, none of the
-eval's seed-0 sample). Issue 23 (coverage) and 22 (a "the question names the article" signal);
-BENCHMARKS.md, "Answer coverage".
+eval's seed-0 sample): a "the question names the article" signal, tried and not shipped;
+docs/archive/benchmarks-journal.md, "Answer coverage".
 
     python scripts/archive/probe_title_match.py popqa ../shared/data/qa/popqa_1k.jsonl 500 [index/large-bm25]
 

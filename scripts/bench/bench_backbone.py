@@ -17,7 +17,7 @@ are taken per round (the machine is shared and noisy), medians reported. Variant
 
 llama.cpp runs through llama-cpp-python, or with --llama-bench PATH through llama.cpp's own
 llama-bench binary, one call per round (its pp at depth 0 and tg at the prompt's depth, as here:
-where the Python binding crashed, on the lent Intel machine, BENCHMARKS.md).
+where the Python binding crashed, on the lent Intel machine).
 
 llama.cpp either uses the file's weights as mapped or repacks them (its default: CPU_REPACK, AMX
 tiles where the CPU has them), and which is faster depends on the CPU and the block type (on a
@@ -108,7 +108,8 @@ def llama_params(repack: bool):
     """Make the next Llama() repack its weights (llama.cpp's default: extra buffer types, CPU_REPACK
     and AMX where the CPU reports it) or use them as mapped from the file. Repacking for AMX
     segfaulted in one VM that did not grant AMX tile state (even built with GGML_AMX_*=OFF); it
-    ran on a Zen 4 and on an Intel Xeon with AMX, where the two differ (BENCHMARKS.md)."""
+    ran on a Zen 4 and on an Intel Xeon with AMX, where the two differ (BENCHMARKS.md, rows
+    "kernels vs llama.cpp")."""
     import llama_cpp
 
     default = getattr(llama_cpp, "_targ_default_params", llama_cpp.llama_model_default_params)

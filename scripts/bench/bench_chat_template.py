@@ -1,4 +1,4 @@
-"""Render a model's chat template compiled for every prompt (as before 2026-11-27) against the
+"""Render a model's chat template compiled for every prompt (as the tokenizer once did) against the
 compiled template cached once per process (`tokenizer._compiled_template`), side by side.
 
     python scripts/bench/bench_chat_template.py [--model smollm2-135m] [--n 200] [--rounds 3]

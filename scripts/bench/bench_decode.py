@@ -4,7 +4,7 @@ A decode step's graph is built and scheduled by the calling thread (Python, then
 while the kernels run on MLX's stream thread and the kernels' pool: on 2 cores that thread's CPU
 comes out of the kernels' time. This prints the best of `--rounds` decodes of `--tokens` tokens
 after a `--prompt`-token prefill, and that thread's CPU per token. Compare two trees by running it
-alternately with each on PYTHONPATH (BENCHMARKS.md, "One graph node a layer"):
+alternately with each on PYTHONPATH (BENCHMARKS.md, row "decode step scheduling"):
 
     for t in /tmp/old /path/to/repo; do (cd $t && PYTHONPATH=$t python scripts/bench/bench_decode.py); done
 """

@@ -234,7 +234,7 @@ SECTION = "## Index (scripts/bench/bench_index.py)"
 
 
 def render(real: dict | None, scale: dict | None, real_cmd: str, scale_cmd: str) -> str:
-    """The BENCHMARKS.md section from the JSON results."""
+    """The Index section (Markdown) from the JSON results."""
     lines = [SECTION, "", "Targets: recall@5 >= 0.99 (real) and >= 0.97 (1M); p50 search <= 0.5 ms at 1M (no "
              "encoding); open <= 50 ms with view at any size. The machine is shared (2 cores, other jobs beside "
              "most runs), so times are upper bounds; recall figures are not affected.", ""]

@@ -1,5 +1,5 @@
 """Local Ray build vs single-process build of the same corpus, side by side in one run, and the
-full-English-Wikipedia sizing derived from the measured rates (results go to BENCHMARKS.md).
+full-English-Wikipedia sizing derived from the measured rates (BENCHMARKS.md, row "Ray build").
 
     python scripts/bench/bench_ray.py --corpus ../shared/data/corpus/wiki_pool.jsonl --limit 1500
 

@@ -1,5 +1,5 @@
 """The GPU path (mlx[cuda], or Metal) against MLX's CPU ops in one process: a model's k-token
-drafts and gate signals on both, then the GPU's speed (BENCHMARKS.md, "mlx[cuda] on an H100").
+drafts and gate signals on both, then the GPU's speed (BENCHMARKS.md, rows "GPU: ...").
 
     python scripts/device/check_gpu.py MODEL.gguf [MORE.gguf ...]   # the first is also run on the CPU
 

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Prepare what a lent GPU machine needs, in a folder git ignores, when that machine can be sent only
-# this tree plus ~64 MB and reaches no network (how issue 24's VNNI kernels and the mlx[cuda] path
-# were checked on 2026-11-26: BENCHMARKS.md, "mlx[cuda] on an H100").
+# this tree plus ~64 MB and reaches no network (how the VNNI kernels and the mlx[cuda] path
+# were checked: BENCHMARKS.md, rows "GPU: ..." and "kernels vs llama.cpp: ..., Intel AMX").
 #
 #   scripts/device/prepare.sh [DIR]          # default .dev (git-ignored)
 #   # then carry DIR and run there: bash scripts/device/check.sh DIR [SECONDS]   (outputs: $OUT)

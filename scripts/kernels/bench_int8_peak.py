@@ -5,8 +5,8 @@ for the instructions the kernels use: `vpdpbusd` on 512-bit registers (AVX512-VN
 `vpmaddubsw` + `vpaddw` on 256-bit registers (AVX2, each product pair summed into 16 bits, as
 `targ_mlx/runtime/native/csrc/qgemm.h` and llama.cpp's AVX2 kernels do). Prefill of a model costs about
 its weight count in multiply-adds per token, so tokens/s x MACs/token over cores x this rate is
-the share of the peak a prefill reaches (BENCHMARKS.md, "Why the 1.5B model's prefill is at
-llama.cpp's").
+the share of the peak a prefill reaches (BENCHMARKS.md, row
+"int8 peak").
 
     python scripts/kernels/bench_int8_peak.py            # -march=native, and x86-64-v3 (an AVX2 build)
 """

@@ -1,6 +1,6 @@
 // Q4_K tiles: the plain layout's kernel (qgemm.h, as before the k4 layout) against k4gemm
 // (k4tiles.h) on the same random Q4_K data, in one process, best of alternating calls
-// (BENCHMARKS.md, "Q4_K tiles in the k4 layout"). On an AVX512-VNNI build "old" is the VNNI
+// (docs/archive/benchmarks-journal.md, "Q4_K tiles in the k4 layout"). On an AVX512-VNNI build "old" is the VNNI
 // tile kernel, and k4 runs twice: its AVX2 kernel and its VNNI kernel, which must agree to the
 // bit (the last line says so). -DTARG_K4_VNNI_ROWS=8 builds the VNNI kernel with 8 rows a load.
 //

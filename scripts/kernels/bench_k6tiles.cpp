@@ -1,7 +1,7 @@
 // Q6_K tiles (csrc/k6tiles.h) against Q6_K rows as stored (csrc/kquant.h: the 512-bit kernel on
 // AVX512-VNNI builds), on the same random blocks, in one process, best of alternating calls;
-// the last line gives their largest difference against the output's range (BENCHMARKS.md,
-// "Where the 1.5B's prefill goes"). AVX512-VNNI builds only.
+// the last line gives their largest difference against the output's range (the journal,
+// docs/archive/benchmarks-journal.md, "Where the 1.5B's prefill goes"). AVX512-VNNI builds only.
 //
 //   g++ -std=gnu++20 -O3 -march=native -Itarg_mlx/runtime/native/csrc scripts/kernels/bench_k6tiles.cpp -o /tmp/bench_k6tiles -lpthread
 //   /tmp/bench_k6tiles N K M [reps]        # e.g. 1536 8960 256 10 (ffn_down), 256 1536 256 (attn_v)

@@ -1,7 +1,7 @@
 // Q6_K rows (csrc/kquant.h) on random blocks: kqgemm's time and GMAC/s, and its error against the
 // dequantized rows in double precision. The kernel is the one the process runs: on an
 // AVX512-VNNI build the 512-bit one, or the AVX2 one with TARG_MLX_Q6K_KERNEL=avx2, so run it
-// twice to compare (BENCHMARKS.md, "Where the 1.5B's prefill goes").
+// twice to compare (docs/archive/benchmarks-journal.md, "Where the 1.5B's prefill goes").
 //
 //   g++ -std=gnu++20 -O3 -march=native -Itarg_mlx/runtime/native/csrc scripts/kernels/bench_q6k.cpp -o /tmp/bench_q6k -lpthread
 //   /tmp/bench_q6k N K M [reps]                                  # e.g. 1536 8960 256 5 (ffn_down)

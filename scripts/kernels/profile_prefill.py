@@ -4,8 +4,8 @@ Runs `NativeLM.hidden`'s layer loop by hand with an `mx.eval` after every kernel
 is timed alone; the sum is close to the fused forward, which also evaluates op by op on the CPU),
 best of `--rounds` per op, summed over the layers and grouped by what the op is: each matrix by
 its stored form (Q4_K tiles, Q6_K rows, affine tiles), and the norms, RoPE, attention, SwiGLU.
-Tells which part to make faster before making any of it faster (BENCHMARKS.md, "Where the 1.5B's
-prefill goes").
+Tells which part to make faster before making any of it faster (docs/archive/
+benchmarks-journal.md, "Where the 1.5B's prefill goes").
 
     python scripts/kernels/profile_prefill.py --model qwen2.5-coder-1.5b --tokens 256
 """
