@@ -19,7 +19,7 @@ from targ_mlx.defaults import (
     PROMPT_STYLES,
 )
 from targ_mlx.errors import QuestionError
-from targ_mlx.flags import add_common_args, index_folders, open_index, settings_from_args
+from targ_mlx.flags import add_common_args, check_flags, index_folders, open_index, settings_from_args
 from targ_mlx.gates import SCORED_GATES
 
 logger = logging.getLogger(__name__)
@@ -53,6 +53,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
 
 def ask(args: argparse.Namespace) -> int:
     bind_openblas()  # before the first import of mlx.core (the assistant's)
+    check_flags(args)  # bad text is one line before the model loads
     from targ_mlx.assistant import Assistant
     from targ_mlx.config import load_config
     from targ_mlx.runtime.backbone import load_backbone

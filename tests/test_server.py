@@ -194,6 +194,18 @@ def test_bad_requests_get_a_one_line_4xx_and_lose_nothing(served, log):
     assert ok.status_code == 200 and log.count() == 1
 
 
+@pytest.mark.parametrize("content", ["abc \\ud800 def", "abc \\u0000 def"])
+def test_text_the_tokenizer_cannot_take_is_a_one_line_400_without_a_traceback(served, log, caplog, content):
+    raw = ('{"messages": [{"role": "user", "content": "%s"}]}' % content).encode()
+    r = httpx.post(f"{served.url}/v1/chat/completions", content=raw, timeout=60,
+                   headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == "messages[0].content" and "U+" in err["message"] and "\n" not in err["message"]
+    assert [rec for rec in caplog.records if rec.levelno >= 40 or rec.exc_info] == []  # no traceback logged
+    assert log.count() == 0
+
+
 def test_a_full_queue_answers_503_with_retry_after(backbone, small_index_dir, log):
     """One request holds the worker (its index is still opening), one waits, the next is refused."""
     opened = threading.Event()

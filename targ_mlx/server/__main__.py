@@ -66,12 +66,13 @@ def build(args: argparse.Namespace):
     bind_openblas()
     from targ_mlx.assistant import Assistant
     from targ_mlx.config import load_config
-    from targ_mlx.flags import index_folders, open_index, settings_from_args
+    from targ_mlx.flags import check_flags, index_folders, open_index, settings_from_args
     from targ_mlx.log.decisions import DecisionLog
     from targ_mlx.runtime.backbone import load_backbone
     from targ_mlx.runtime.model_spec import model_key
     from targ_mlx.server.app import make_app
 
+    check_flags(args)
     cfg = load_config(args.config).merged(model=args.model, db=args.db)
     settings = settings_from_args(args, cfg, model_key(cfg.model))
     bb = load_backbone(cfg.model, huge_pages="collapse")  # a server decodes for hours: 2 MB pages now
