@@ -50,18 +50,6 @@ def settings_from_args(args: argparse.Namespace, cfg: Config, key: str) -> Setti
                                 history_tokens=args.history_tokens, rewrite=args.rewrite, **own)
 
 
-def check_flags(args: argparse.Namespace) -> None:
-    """Refuse, before anything loads, a question or file name that is not valid UTF-8 text."""
-    from targ_mlx.errors import check_text
-
-    if getattr(args, "question", None) is not None:
-        check_text(args.question)
-    for flag in ("index", "db", "config"):
-        value = getattr(args, flag, None)
-        for v in value if isinstance(value, list) else [value] if value else []:
-            check_text(v, f"--{flag} {v!r}")
-
-
 def index_folders(flag: list[str] | None, configured: str | None) -> list[str]:
     """The `--index` folders given, else the configured one, else none (the default index)."""
     return flag or ([configured] if configured else [])

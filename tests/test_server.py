@@ -110,6 +110,13 @@ def test_streaming_sends_deltas_then_the_decision_then_done(served, small_index_
     text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
     last = chunks[-1]
     assert last["choices"][0]["finish_reason"] in ("stop", "length") and "targ" in last and "usage" in last
+    # the decision streams first, before any answer text, and agrees with the final one
+    early = chunks[0]["targ"]
+    assert chunks[0]["choices"][0]["delta"]["content"] == ""
+    assert early["decision"]["gate"] == "evidence" and early["decision"]["searched"] is True
+    for name in ("score", "threshold", "read", "reason"):
+        assert early["decision"][name] == last["targ"]["decision"][name], name
+    assert [p["title"] for p in early["found"]] == [p["title"] for p in last["targ"]["found"]] and early["found"]
     plain = _ask(served.url, [{"role": "user", "content": q}]).json()
     assert text == plain["choices"][0]["message"]["content"]  # the same answer, streamed
 

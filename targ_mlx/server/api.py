@@ -164,6 +164,18 @@ def decision_field(ans: Answer, decision_id: int | None = None) -> dict:
     }
 
 
+def early_decision_field(decision, scores: dict, found=None) -> dict:
+    """The `targ` field of a stream's first chunk: the gate's decision (a `gates.GateDecision`) and
+    what the search found, before any answer text (timings and what was read come at the end)."""
+    return {
+        "decision": {"gate": decision.gate, "score": decision.signal,
+                     "threshold": decision.threshold if decision.signal is not None else None,
+                     "read": decision.retrieve, "searched": found is not None, "reason": decision.reason,
+                     "no_source": decision.no_source, "scores": scores},
+        "found": [{"key": p.key, "title": p.title, "similarity": p.score} for p in found or ()],
+    }
+
+
 def usage(ans: Answer) -> dict:
     t = ans.tokens
     prompt = t.prompt + t.context
