@@ -16,8 +16,9 @@ from targ_mlx import bind_openblas
 
 bind_openblas()  # an entry point: bind before the imports below load mlx.core
 from targ_mlx.eval.datasets import DATASETS, DEFAULT_LIMIT, dataset_name, load_hf, max_tokens_for, read_jsonl, sample
-from targ_mlx.eval.record import DEFAULT_CONTEXT_TOKENS, DEFAULT_K, RecordSettings
+from targ_mlx.eval.record import DEFAULT_CONTEXT_TOKENS, DEFAULT_K, EVAL_PROMPT, K_MAX, RecordSettings
 from targ_mlx.eval.run import DEFAULT_BATCH, DEFAULT_LATENCY_SAMPLE
+from targ_mlx.defaults import DEFAULT_BETA, DEFAULT_N_SAMPLES, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, PROMPT_STYLES
 from targ_mlx.retrieval import RETRIEVER_HELP, RETRIEVERS
 
 logger = logging.getLogger(__name__)
@@ -38,13 +39,13 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=None, help="alias (qwen2.5-coder-1.5b, smollm2-135m), .gguf path, MLX folder or mlx-lm "
                    "repo id (default: the model of the records already in --output-dir, else the 1.5B where installed)")
     p.add_argument("--output-dir", required=True, help="where records, tables and plots go (one subfolder per dataset when several)")
-    p.add_argument("--prompt", choices=("paper", "short"), default="short", help="prompt style (default short: few-shot short answers)")
+    p.add_argument("--prompt", choices=PROMPT_STYLES, default=EVAL_PROMPT, help=f"prompt style (default {EVAL_PROMPT}: few-shot short answers)")
     p.add_argument("--k", type=int, default=DEFAULT_K, help=f"prefix length of the headline table (default {DEFAULT_K})")
-    p.add_argument("--k-max", type=int, default=40, help="longest draft recorded; k in {5,10,20,30,40} read its prefixes (default 40)")
-    p.add_argument("--n-samples", type=int, default=5, help="variance gate: sampled prefixes N (default 5)")
-    p.add_argument("--temp", type=float, default=0.7, help="variance gate temperature (default 0.7)")
-    p.add_argument("--beta", type=float, default=3.0, help="margin link temperature (default 3)")
-    p.add_argument("--top-k", type=int, default=5, help="passages retrieved (default 5)")
+    p.add_argument("--k-max", type=int, default=K_MAX, help=f"longest draft recorded; k in {{5,10,20,30,40}} read its prefixes (default {K_MAX})")
+    p.add_argument("--n-samples", type=int, default=DEFAULT_N_SAMPLES, help=f"variance gate: sampled prefixes N (default {DEFAULT_N_SAMPLES})")
+    p.add_argument("--temp", type=float, default=DEFAULT_TEMPERATURE, help=f"variance gate temperature (default {DEFAULT_TEMPERATURE})")
+    p.add_argument("--beta", type=float, default=DEFAULT_BETA, help=f"margin link temperature (default {DEFAULT_BETA:g})")
+    p.add_argument("--top-k", type=int, default=DEFAULT_TOP_K, help=f"passages retrieved (default {DEFAULT_TOP_K})")
     p.add_argument("--context-tokens", type=int, default=DEFAULT_CONTEXT_TOKENS,
                    help=f"context budget L_ctx (default {DEFAULT_CONTEXT_TOKENS})")
     p.add_argument("--max-tokens", type=int, help="answer cap (default 32; 50 for musique)")
