@@ -61,11 +61,9 @@ def _open_index(o: Options, folders: list[Path], say: Progress):
         return index.load_encoders(index.open_indexes(paths, retriever=o.retriever))
 
     if o.index_when == "lazy":  # an answer from memory never loads the index or its encoder
-        def load():
-            bar = None if o.quiet else ProgressBar()  # resumes an unfinished build, or builds the default
-            return index.open_indexes([index.ensure_index(p, bar) for p in folders or [None]], retriever=o.retriever)
+        from targ_mlx.flags import open_index
 
-        return load, _label(folders), ""
+        return open_index([str(f) for f in folders], o.retriever, o.quiet), _label(folders), ""
     if o.index_when == "eager":
         bar = None if o.quiet else ProgressBar()
         paths = [index.ensure_index(p, bar) for p in folders or [None]]
