@@ -13,6 +13,9 @@ Rows that count as labelled for accuracy:
     taken to have gone the other way, which favours the cheaper choice when both were fine.
 
 `--write` stores tau for (model, gate) in the config file that `targ ask` and the chat app read.
+
+`targ-calibrate fit --model SPEC --data-file QA.jsonl` fits the evidence gate's calibrations
+themselves to a model (`calibrate_fit`).
 """
 
 from __future__ import annotations
@@ -58,7 +61,8 @@ def parse_since(text: str, now: datetime | None = None) -> datetime:
 def setup_arg_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="targ-calibrate",
-        description="Fit the retrieval gate's threshold tau from the decision log.",
+        description="Fit the retrieval gate's threshold tau from the decision log "
+                    "(`targ-calibrate fit --help`: fit the evidence gate's calibrations to a model).",
     )
     parser.add_argument(
         "--db", help="decision log (default: the config's db, under the user data dir)"
@@ -208,7 +212,32 @@ def _main(args: argparse.Namespace) -> int:
     return 0
 
 
+def fit_arg_parser() -> argparse.ArgumentParser:
+    from targ_mlx.calibrate_fit import add_fit_args
+
+    parser = argparse.ArgumentParser(
+        prog="targ-calibrate fit",
+        description="Fit the evidence gate's calibrations and tau to a model: record N questions with it, "
+                    "fit, and write them to the config under the model's key.",
+    )
+    add_fit_args(parser)
+    return parser
+
+
+def _fit(args: argparse.Namespace) -> int:
+    from targ_mlx.calibrate_fit import fit_command
+
+    print(fit_command(args))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["fit"]:
+        from targ_mlx import bind_openblas
+
+        bind_openblas()  # it may load a model: bind before mlx.core loads
+        return run_cli(fit_arg_parser(), _fit, argv[1:], interrupted="interrupted; rerun the same command to continue")
     return run_cli(setup_arg_parser(), _main, argv)
 
 
