@@ -216,7 +216,7 @@ _SCALARS = {
 }
 FITS = ("read", "memory", "memory_confirmed", "memory_unconfirmed")  # an evidence calibration's knots
 _FIT_INFO = {"tau": (int, float), "tau_rate": (int, float), "n": (int,), "n_confirmed": (int,), "date": (str,),
-             "source": (str,), "records": (list,), "moved": (dict,)}
+             "source": (str,), "records": (list,), "feedback": (int,)}
 _TYPES = {"str": (str,), "int": (int,), "float": (int, float), "str | None": (str,)}
 
 

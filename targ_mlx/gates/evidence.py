@@ -76,8 +76,10 @@ def calibration_for(model: str) -> dict:
 
 
 def user_label(fit: Mapping) -> str:
-    """How a user's own fit is named: "user, 300 questions, 2026-11-28"."""
-    return f"user, {fit.get('n', '?')} questions, {fit.get('date', '?')}"
+    """How a user's own fit is named: "user, 300 questions, 2026-11-28" (", 40 labels" once refitted
+    from feedback)."""
+    labels = f", {fit['feedback']} labels" if fit.get("feedback") else ""
+    return f"user, {fit.get('n', '?')} questions{labels}, {fit.get('date', '?')}"
 
 
 def resolve(model: str, user: Mapping | None = None) -> tuple[Mapping, str]:
