@@ -7,7 +7,7 @@ halves, this one's included). Each is then judged exactly as the report judges t
 (`eval.analysis.verdict`: the reading budget chosen on the dev half, tau by the budget rule, the
 test half scored): evidence − random at its reading rate, paired bootstrap 95% CI, accuracy points.
 
-    PYTHONPATH=. python scripts/transfer_calibration.py [--boot 1000]
+    PYTHONPATH=. python scripts/transfer_calibration.py [--boot 1000] [--no-fit-tau 0.05]
 """
 
 from __future__ import annotations
@@ -44,13 +44,6 @@ def rescored(records: list[dict], model: str, cal: dict) -> list[dict]:
     return out
 
 
-def new_model_tau() -> float:
-    """The tau the apps use for the evidence gate with a model that has no fit of its own."""
-    from targ_mlx.config import Config
-
-    return Config(tau_by_model={}).tau_for("a-model-with-no-fit", "evidence")
-
-
 def cell_verdicts(cell: Path, model: str, cals: dict[str, dict], n_boot: int) -> dict[str, tuple]:
     """Per calibration: (the report's verdict: budget chosen on dev; the test half at the calibration's
     own shipped tau: (reading rate, evidence − random CI)), the second being what a model gets
@@ -79,19 +72,22 @@ def _ci(ci) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--boot", type=int, default=1000, help="bootstrap resamples (default 1000, the report's)")
+    ap.add_argument("--no-fit-tau", type=float, metavar="TAU",
+                    help="also score the pooled fit at this tau (what a model with no fit would read at)")
     args = ap.parse_args(argv)
+    keys = ("own", "other", "default") + (("new",) if args.no_fit_tau is not None else ())
     shipped = calibrations()
     head = ("| model · corpus · dataset | test n | own: evidence − random (reading rate) | other model's | "
-            "pooled default | own − other (accuracy) | at each fit's shipped τ: own | other's | pooled's | "
-            f"pooled at τ {new_model_tau():g} (a model with no fit) |")
+            "pooled default | own − other (accuracy) | at each fit's shipped τ: own | other's | pooled's |"
+            + (f" pooled at τ {args.no_fit_tau:g} |" if args.no_fit_tau is not None else ""))
     print(head)
     print("|---" * (head.count("|") - 1) + "|")
-    sums = {m: {k: [] for k in ("own", "other", "default", "new", "fixed_own", "fixed_other", "fixed_default",
-                                "fixed_new")} for m in MODELS}
+    sums = {m: {k: [] for k in keys + tuple("fixed_" + k for k in keys)} for m in MODELS}
     for model, label in MODELS.items():
         other = next(m for m in MODELS if m != model)
-        cals = {"own": shipped[model], "other": shipped[other], "default": shipped[DEFAULT_KEY],
-                "new": {**shipped[DEFAULT_KEY], "tau_used": new_model_tau()}}
+        cals = {"own": shipped[model], "other": shipped[other], "default": shipped[DEFAULT_KEY]}
+        if args.no_fit_tau is not None:
+            cals["new"] = {**shipped[DEFAULT_KEY], "tau_used": args.no_fit_tau}
         for corpus in CORPORA:
             for name, dname in DATASETS.items():
                 cell = ROOT / model / corpus / name
@@ -104,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
                     sums[model]["fixed_" + key].append(both[key][1][1][0])
                 gap = 100 * (v["own"].gate - v["other"].gate)
                 cols = [f"{_ci(v[key].vs_random)} ({v[key].rate:.2f})" for key in ("own", "other", "default")]
-                fixed = [f"{_ci(both[key][1][1])} ({both[key][1][0]:.2f})" for key in ("own", "other", "default", "new")]
+                fixed = [f"{_ci(both[key][1][1])} ({both[key][1][0]:.2f})" for key in keys]
                 print(f"| {label} · {corpus} · {dname} | {v['own'].n} | {' | '.join(cols)} | {gap:+.1f} | "
                       f"{' | '.join(fixed)} |")
                 sys.stdout.flush()
@@ -113,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{label}: mean evidence − random over {len(sums[model]['own'])} cells: own {means['own']:+.2f}, "
               f"other model's {means['other']:+.2f}, pooled default {means['default']:+.2f} points; at each fit's "
               f"shipped tau: own {means['fixed_own']:+.2f}, other's {means['fixed_other']:+.2f}, "
-              f"pooled's {means['fixed_default']:+.2f}, pooled at the no-fit tau {means['fixed_new']:+.2f}")
+              f"pooled's {means['fixed_default']:+.2f}"
+              + (f", pooled at tau {args.no_fit_tau:g} {means['fixed_new']:+.2f}" if "new" in keys else ""))
     return 0
 
 
