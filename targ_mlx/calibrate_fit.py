@@ -94,21 +94,23 @@ def record(args, key: str, k: int, beta: float, cfg) -> tuple[list[dict], str]:
     _refuse_few(len(items), args.min_questions, f"{args.data_file} (--limit {args.limit})")
     out = Path(args.output_dir) if args.output_dir else run_dir(key, args.data_file)
     settings = RecordSettings(k_max=k, ks=(k,), beta=beta, n_samples=0, baselines=False)
-    prev = out / "config.json"
-    if prev.is_file():
-        theirs = json.loads(prev.read_text())
-        if theirs.get("model") != key or theirs.get("settings") != json.loads(json.dumps(asdict(settings))):
-            raise ValueError(f"{out} holds records of {theirs.get('model')} made with other settings; "
-                             "fix: pass another --output-dir, or delete that folder")
     from targ_mlx import index
     from targ_mlx.runtime.backbone import load_backbone
 
     folder = index.ensure_index(args.index or cfg.index)
+    prev = out / "config.json"
+    if prev.is_file():  # a rerun continues these records only if they were made the same way
+        theirs = json.loads(prev.read_text())
+        if (theirs.get("model"), theirs.get("settings"), theirs.get("index")) != (
+                key, json.loads(json.dumps(asdict(settings))), str(folder)):
+            raise ValueError(f"{out} holds records of {theirs.get('model')} over {theirs.get('index')} made with "
+                             "other settings; fix: pass another --output-dir, or delete that folder")
     retriever = index.open_indexes([str(folder)], retriever=args.retriever)
     try:
         bb = load_backbone(args.model)
-    except (ModelLoadError, OSError, ValueError) as e:
-        raise ModelLoadError(f"cannot load model {args.model!r}: {e}") from None
+    except Exception as e:  # noqa: BLE001  (any loader's failure: one line naming the spec)
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ModelLoadError(f"cannot load model {args.model!r}: {first}") from None
     out.mkdir(parents=True, exist_ok=True)
     prev.write_text(json.dumps({"model": key, "settings": asdict(settings), "data_file": str(args.data_file),
                                 "index": str(folder)}, indent=2))

@@ -76,27 +76,27 @@ def test_fit_records_with_the_model_resumes_and_targ_ask_says_user(tmp_path, mon
     from targ_mlx.cli import main as targ
 
     monkeypatch.setenv(HIDE_ENV, "smollm2-135m")
-    data = _qa_file(tmp_path / "qa.jsonl", small_index_questions, 8)
+    data = _qa_file(tmp_path / "qa.jsonl", small_index_questions, 6)
     run = tmp_path / "run"
     args = ["fit", "--model", "smollm2-135m", "--data-file", str(data), "--index", str(small_index_dir),
-            "--output-dir", str(run), "--quiet", "--batch-size", "4"]
+            "--output-dir", str(run), "--quiet", "--batch-size", "3"]
     # the refusal names the minimum, before any model loads
-    assert main([*args, "--limit", "8"]) == 2
+    assert main([*args, "--limit", "6"]) == 2
     assert "at least 100" in capsys.readouterr().err
-    assert main([*args, "--limit", "4", "--min-questions", "4"]) == 0
-    assert len((run / "records.jsonl").read_text().splitlines()) == 4
-    assert main([*args, "--limit", "8", "--min-questions", "8"]) == 0  # continues: 4 more recorded
+    assert main([*args, "--limit", "3", "--min-questions", "3"]) == 0
+    assert len((run / "records.jsonl").read_text().splitlines()) == 3
+    assert main([*args, "--limit", "6", "--min-questions", "6"]) == 0  # continues: 3 more recorded
     rows = [json.loads(x) for x in (run / "records.jsonl").read_text().splitlines()]
-    assert len(rows) == len({r["id"] for r in rows}) == 8
+    assert len(rows) == len({r["id"] for r in rows}) == 6
     out = capsys.readouterr().out
-    assert "on 8 questions" in out and "before: default (pooled)" in out
+    assert "on 6 questions" in out and "before: default (pooled)" in out
     cfg = load_config()
-    assert cfg.evidence_by_model["smollm2-135m"]["n"] == 8
+    assert cfg.evidence_by_model["smollm2-135m"]["n"] == 6
     q = small_index_questions[20]["question"]
     assert targ(["ask", q, "--json", "--no-log", "--index", str(small_index_dir)]) == 0
     record = json.loads(capsys.readouterr().out)
     assert record["gate"] == "evidence"
-    assert record["calibration"].startswith("user, 8 questions, ")
+    assert record["calibration"].startswith("user, 6 questions, ")
     assert record["tau"] == pytest.approx(cfg.evidence_by_model["smollm2-135m"]["tau"])
 
 
