@@ -20,7 +20,6 @@ import numpy as np
 
 from targ_mlx.calibration import budget_threshold, isotonic
 from targ_mlx.errors import TargError
-from targ_mlx.gates import margin_score  # noqa: F401  (U_mar as the log's u_margin column holds it)
 from targ_mlx.gates.evidence import evidence_score, interp, memory_fit
 from targ_mlx.log.decisions import POSITIVE_LABELS, DecisionLog
 from targ_mlx.log.store import filters
