@@ -13,6 +13,9 @@ Rows that count as labelled for accuracy:
     taken to have gone the other way, which favours the cheaper choice when both were fine.
 
 `--write` stores tau for (model, gate) in the config file that `targ ask` and the chat app read.
+
+`targ-calibrate fit --model SPEC --data-file QA.jsonl` fits the evidence gate's calibrations
+themselves to a model (`calibrate_fit`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -58,7 +62,8 @@ def parse_since(text: str, now: datetime | None = None) -> datetime:
 def setup_arg_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="targ-calibrate",
-        description="Fit the retrieval gate's threshold tau from the decision log.",
+        description="Fit the retrieval gate's threshold tau from the decision log "
+                    "(`targ-calibrate fit --help`: fit the evidence gate's calibrations to a model).",
     )
     parser.add_argument(
         "--db", help="decision log (default: the config's db, under the user data dir)"
@@ -208,7 +213,89 @@ def _main(args: argparse.Namespace) -> int:
     return 0
 
 
+def fit_arg_parser() -> argparse.ArgumentParser:
+    from targ_mlx.calibrate_fit import add_fit_args
+
+    parser = argparse.ArgumentParser(
+        prog="targ-calibrate fit",
+        description="Fit the evidence gate's calibrations and tau to a model: record N questions with it, "
+                    "fit, and write them to the config under the model's key.",
+    )
+    add_fit_args(parser)
+    return parser
+
+
+def _fit(args: argparse.Namespace) -> int:
+    from targ_mlx.calibrate_fit import fit_command
+
+    print(fit_command(args))
+    return 0
+
+
+def refit_arg_parser() -> argparse.ArgumentParser:
+    from targ_mlx.evidence_refit import MIN_LABELS
+
+    parser = argparse.ArgumentParser(
+        prog="targ-calibrate refit",
+        description="Refit the evidence gate's calibrations for a model from the labels on its logged decisions "
+                    "(each label speaks for the branch that ran), and tau with them; --write stores them.",
+    )
+    parser.add_argument("--model", required=True, help="the model key whose decisions to read (as the log names it)")
+    parser.add_argument("--db", help="decision log (default: the config's db)")
+    parser.add_argument("--config", help=f"config file to read and --write (default: {default_config_path()})")
+    parser.add_argument("--prior", type=float, metavar="N",
+                        help="how many questions the current calibration counts for (default: its n)")
+    parser.add_argument("--budget", type=float, metavar="RHO",
+                        help="reading rate for tau (default: the rate the current tau reads the logged questions at)")
+    parser.add_argument("--min-labels", type=int, default=MIN_LABELS,
+                        help=f"refuse below this many labelled decisions (default {MIN_LABELS})")
+    parser.add_argument("--write", action="store_true", help="store the refitted calibration and tau in the config")
+    return parser
+
+
+def refit_report(args: argparse.Namespace) -> str:
+    from targ_mlx.config import save_evidence
+    from targ_mlx.evidence_refit import refit_from_log
+
+    cfg = _config(args.config)
+    db_path = Path(args.db or cfg.db)
+    if not db_path.exists():
+        raise FileNotFoundError(f"Decision log not found: {db_path} (label some answers first, or pass --db)")
+    if args.budget is not None and not 0.0 < args.budget < 1.0:
+        raise ValueError(f"--budget must be a reading rate in (0, 1); got {args.budget}")
+    if args.prior is not None and args.prior <= 0:
+        raise ValueError(f"--prior must be > 0 questions; got {args.prior}")
+    cal, label = cfg.evidence_calibration(args.model)
+    old_tau = cfg.tau_for(args.model, "evidence")
+    with DecisionLog(db_path) as log:
+        r = refit_from_log(log, args.model, cfg.k, cfg.beta, cal, old_tau, args.prior, args.min_labels, args.budget)
+    lines = [f"refit of the evidence gate for {args.model} from {r.calibration['feedback']} labelled decisions "
+             f"(from {label}, counted as {args.prior or cal.get('n', 300):g} questions)"]
+    for name, rows in r.used.items():
+        lines.append(f"  {name:<18} {rows:4d} labelled rows, moved by at most {100 * r.moved.get(name, 0):.1f} points")
+    lines.append(f"  tau {r.tau_before:.6g} -> {r.tau_after:.6g}, reading {100 * r.rate:.0f}% of the {r.logged} logged "
+                 f"questions (the old calibration on them: tau {r.tau_unlabelled:.6g})")
+    if args.write:
+        fit = {**r.calibration, "date": time.strftime("%Y-%m-%d"), "source": "feedback"}
+        path = save_evidence(args.model, fit, args.config)
+        lines.append(f'wrote [evidence."{args.model}"] and [tau."{args.model}"] evidence to {path}')
+    return "\n".join(lines)
+
+
+def _refit(args: argparse.Namespace) -> int:
+    print(refit_report(args))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["refit"]:
+        return run_cli(refit_arg_parser(), _refit, argv[1:])
+    if argv[:1] == ["fit"]:
+        from targ_mlx import bind_openblas
+
+        bind_openblas()  # it may load a model: bind before mlx.core loads
+        return run_cli(fit_arg_parser(), _fit, argv[1:], interrupted="interrupted; rerun the same command to continue")
     return run_cli(setup_arg_parser(), _main, argv)
 
 

@@ -172,22 +172,28 @@ def text_histogram(
     return "\n".join(lines)
 
 
-def isotonic(x: Sequence[float], y: Sequence[float], increasing: bool = True) -> tuple[list[float], list[float]]:
-    """Monotone least-squares fit of y on x by pool-adjacent-violators.
+def isotonic(x: Sequence[float], y: Sequence[float], increasing: bool = True,
+             weights: Sequence[float] | None = None) -> tuple[list[float], list[float]]:
+    """Monotone (weighted) least-squares fit of y on x by pool-adjacent-violators.
 
-    Returns knots (mean x, mean y) of the pooled blocks, x ascending: with linear interpolation
-    between them (`gates.evidence.interp`) a continuous monotone map, e.g. P(right | score).
+    Returns knots (weighted mean x, weighted mean y) of the pooled blocks, x ascending: with linear
+    interpolation between them (`gates.evidence.interp`) a continuous monotone map, e.g.
+    P(right | score). `weights` (default 1 each) lets a point stand for several questions.
     """
     xs = np.asarray(x, dtype=np.float64).reshape(-1)
     ys = np.asarray(y, dtype=np.float64).reshape(-1)
-    if xs.size == 0 or xs.size != ys.size:
-        raise ValueError(f"isotonic needs x and y of one non-zero length, got {xs.size} and {ys.size}")
+    ws = np.ones_like(xs) if weights is None else np.asarray(weights, dtype=np.float64).reshape(-1)
+    if xs.size == 0 or xs.size != ys.size or ws.size != xs.size:
+        raise ValueError(f"isotonic needs x, y (and weights) of one non-zero length, got {xs.size}, {ys.size}, {ws.size}")
+    if not np.all(ws > 0):
+        raise ValueError("isotonic weights must be > 0")
     order = np.argsort(xs, kind="stable")
-    xs, ys = xs[order], ys[order] if increasing else -ys[order]
-    # blocks as [sum y, count, sum x]; merge while a block's mean exceeds the next one's
+    xs, ws = xs[order], ws[order]
+    ys = ys[order] if increasing else -ys[order]
+    # blocks as [sum w*y, sum w, sum w*x]; merge while a block's mean exceeds the next one's
     blocks: list[list[float]] = []
-    for xi, yi in zip(xs, ys):
-        blocks.append([yi, 1.0, xi])
+    for xi, yi, wi in zip(xs, ys, ws):
+        blocks.append([wi * yi, wi, wi * xi])
         while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1] - _TIE:
             s, n, sx = blocks.pop()
             blocks[-1][0] += s

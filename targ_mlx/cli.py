@@ -43,6 +43,11 @@ def setup_arg_parser() -> argparse.ArgumentParser:
                      "--json prints the id each answer was saved under (default: a new single-turn chat)")
     ask.add_argument("--no-log", action="store_true", help="do not write the decision log")
     ask.add_argument("--json", action="store_true", help="print the result record as one JSON object")
+    label = sub.add_parser("label", help="label a logged answer correct or wrong (for targ-calibrate refit)")
+    label.add_argument("decision", type=int, help='the answer\'s decision id (`targ ask --json` prints it as "decision")')
+    label.add_argument("label", choices=("correct", "wrong", "helpful", "unhelpful"), help="your verdict on the answer")
+    label.add_argument("--db", help="decision log (default: the config's)")
+    label.add_argument("--config", help="config file (default: the user config)")
     from targ_mlx.server.__main__ import add_serve_args
 
     serve = sub.add_parser("serve", help="serve the assistant on an OpenAI-compatible local API (/v1/chat/completions)")
@@ -62,6 +67,7 @@ def ask(args: argparse.Namespace) -> int:
         record = ans.to_dict()
         record["tau"] = record["tau"] if ans.gate in SCORED_GATES else None  # never/always: +-inf, not JSON
         record["chat"] = session.session if logged else None
+        record["decision"] = session.last_decision_id  # what `targ label ID correct|wrong` labels
         print(json.dumps(record, ensure_ascii=False))
         return 0
     print(ans.answer)
@@ -99,7 +105,20 @@ def main(argv: list[str] | None = None) -> int:
     return run_cli(setup_arg_parser(), dispatch, argv)
 
 
+def label(args: argparse.Namespace) -> int:
+    from targ_mlx.config import load_config
+    from targ_mlx.log.decisions import DecisionLog
+
+    db = load_config(args.config).merged(db=args.db).db
+    with DecisionLog(db) as log:
+        log.feedback(args.decision, args.label)
+    print(f"decision {args.decision} labelled {args.label} in {db}")
+    return 0
+
+
 def dispatch(args: argparse.Namespace) -> int:
+    if args.command == "label":
+        return label(args)
     if args.command == "serve":
         from targ_mlx.server.__main__ import serve
 

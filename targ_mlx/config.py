@@ -13,8 +13,14 @@ otherwise; `targ-calibrate --write` stores calibrated thresholds in it per model
     [tau."smollm2-135m"]      # written by `targ-calibrate --write`
     margin = 0.41
 
+    [evidence."my-model"]     # the evidence gate's own fit, written by `targ-calibrate fit`
+    read = {x = [...], y = [...]}
+    memory = {x = [...], y = [...]}
+    n = 300
+    date = "2026-11-28"
+
 Unknown keys are an error: a typo in our own file should not be silently ignored.
-Reading the file has no side effects; only `save_tau` writes.
+Reading the file has no side effects; only `save_tau` and `save_evidence` write.
 """
 
 from __future__ import annotations
@@ -159,6 +165,10 @@ class Config:
     tau_by_model: Mapping[str, Mapping[str, float]] = field(
         default_factory=lambda: MappingProxyType({})
     )
+    # model -> the evidence gate's calibration fitted for it (the [evidence."model"] tables)
+    evidence_by_model: Mapping[str, Mapping[str, Any]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
 
     def tau_for(self, model: str, gate: str) -> float:
         """The threshold to use: calibrated for (model, gate) in the file, else shipped, else the gate default.
@@ -186,6 +196,13 @@ class Config:
         return (gate in self.tau_by_model.get(model, {}) or gate in CALIBRATED_TAU.get(model, {})
                 or _gates.get(gate).model_tau(model) is not None)
 
+    def evidence_calibration(self, model: str) -> tuple[Mapping, str]:
+        """(the evidence gate's calibration for this model key, its label): the user's own fit
+        (`targ-calibrate fit`), else the shipped one, else the pooled default."""
+        from targ_mlx.gates.evidence import resolve
+
+        return resolve(model, self.evidence_by_model.get(model))
+
     def merged(self, **overrides: Any) -> Config:
         """A copy with the given fields replaced, skipping None (a CLI flag not given). The apps
         call this with their flags, so a default model that is still in use is noted here."""
@@ -195,8 +212,11 @@ class Config:
 
 
 _SCALARS = {
-    f.name: f.type for f in fields(Config) if f.name not in ("tau", "tau_by_model")
+    f.name: f.type for f in fields(Config) if f.name not in ("tau", "tau_by_model", "evidence_by_model")
 }
+FITS = ("read", "memory", "memory_confirmed", "memory_unconfirmed")  # an evidence calibration's knots
+_FIT_INFO = {"tau": (int, float), "tau_rate": (int, float), "n": (int,), "n_confirmed": (int,), "date": (str,),
+             "source": (str,), "records": (list,), "feedback": (int,)}
 _TYPES = {"str": (str,), "int": (int,), "float": (int, float), "str | None": (str,)}
 
 
@@ -212,11 +232,40 @@ def _check_tau(value: Any, key: str, path: Path) -> float:
     return float(value)
 
 
+def _check_evidence(model: str, fit: Any, path: Path) -> dict:
+    """One [evidence."model"] table: "read" and "memory" knots (equal-length x, y lists, x rising) and
+    what the fit was made from."""
+    where = f"evidence.{model}"
+    if not isinstance(fit, dict) or "read" not in fit or "memory" not in fit:
+        raise ValueError(f"Config key {where} must be a table with read and memory knots in {path}; "
+                         "fix: rerun targ-calibrate fit, or delete the table")
+    for key, value in fit.items():
+        if key in FITS:
+            xs, ys = (value.get(c) if isinstance(value, dict) else None for c in ("x", "y"))
+            ok = (isinstance(xs, list) and isinstance(ys, list) and len(xs) == len(ys) > 0
+                  and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in xs + ys)
+                  and all(a <= b for a, b in zip(xs, xs[1:])))
+            if not ok:
+                raise ValueError(f"Config key {where}.{key} must be {{x = [...], y = [...]}}, equal lengths, x rising, "
+                                 f"in {path}; fix: rerun targ-calibrate fit")
+        elif key not in _FIT_INFO:
+            raise ValueError(f"Unknown config key: {where}.{key} in {path}")
+        elif isinstance(value, bool) or not isinstance(value, _FIT_INFO[key]):
+            raise ValueError(f"Config key {where}.{key} must be a {_FIT_INFO[key][-1].__name__}; got {value!r} in {path}")
+    return fit
+
+
 def _parse(doc: dict, path: Path) -> Config:
     values: dict[str, Any] = {}
     tau = dict(DEFAULT_TAU)
     tau_by_model: dict[str, dict[str, float]] = {}
+    evidence: dict[str, dict] = {}
     for key, value in doc.items():
+        if key == "evidence":
+            if not isinstance(value, dict):
+                raise ValueError(f"Config key evidence must be a table of models; got {value!r} in {path}")
+            evidence = {m: _check_evidence(m, fit, path) for m, fit in value.items()}
+            continue
         if key == "tau":
             if not isinstance(value, dict):
                 raise ValueError(
@@ -246,7 +295,7 @@ def _parse(doc: dict, path: Path) -> Config:
                 f"Config key {key} must be a {kind}; got {value!r} in {path}"
             )
         values[key] = float(value) if allowed == (int, float) else value
-    return Config(**values, tau=_frozen(tau), tau_by_model=_frozen(tau_by_model))
+    return Config(**values, tau=_frozen(tau), tau_by_model=_frozen(tau_by_model), evidence_by_model=_frozen(evidence))
 
 
 def _read(path: Path) -> dict:
@@ -274,6 +323,35 @@ def load_config(path: str | os.PathLike | None = None) -> Config:
     return _parse(_read(path), path)
 
 
+def _write(doc: dict, path: Path) -> Path:
+    _parse(doc, path)  # refuse to write a file we would not read back
+    import tomli_w  # only the writer needs it
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".config-", suffix=".toml", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            tomli_w.dump(doc, f)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return path
+
+
+def save_evidence(model: str, fit: Mapping[str, Any], path: str | os.PathLike | None = None) -> Path:
+    """Store the evidence gate's calibration for `model` as `[evidence."model"]`, and its tau as
+    `[tau."model"] evidence`, keeping every other key (atomically, as `save_tau`)."""
+    if not model:
+        raise ValueError("Cannot store a calibration without a model name; pass --model")
+    path = Path(path) if path is not None else default_config_path()
+    doc = _read(path) if path.exists() else {}
+    keep = {k: v for k, v in fit.items() if k in FITS or k in _FIT_INFO}
+    doc.setdefault("evidence", {})[model] = keep
+    doc.setdefault("tau", {}).setdefault(model, {})["evidence"] = _check_tau(fit["tau"], f"tau.{model}.evidence", path)
+    return _write(doc, path)
+
+
 def save_tau(
     model: str, gate: str, tau: float, path: str | os.PathLike | None = None
 ) -> Path:
@@ -282,8 +360,6 @@ def save_tau(
     The file is rewritten atomically (temp file + rename), so a reader never sees half of it;
     TOML comments in it are not preserved. Returns the path written.
     """
-    import tomli_w  # only the writer needs it
-
     if gate not in GATES:
         raise ValueError(
             f"Cannot store tau for gate {gate!r}; use one of {', '.join(GATES)}"
@@ -295,14 +371,4 @@ def save_tau(
     key = f"tau.{model}.{gate}"
     tau = _check_tau(tau, key, path)
     doc.setdefault("tau", {}).setdefault(model, {})[gate] = tau
-    _parse(doc, path)  # refuse to write a file we would not read back
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".config-", suffix=".toml", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            tomli_w.dump(doc, f)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return path
+    return _write(doc, path)

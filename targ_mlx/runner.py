@@ -114,7 +114,7 @@ def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] |
         that needs the search, after it for one that reads only when it decides to.
     """
     g = gates.get(s.gate)
-    p = GateParams(s.k, s.beta)
+    p = GateParams(s.k, s.beta, getattr(s, "calibration", None))
     t_start = time.perf_counter()
     st = _Run()
     turns = pipeline.fit_history(bb, history, s)
@@ -218,6 +218,7 @@ def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] |
                            samples=sum(len(x) for x in d.samples) if d else 0),
         latency=Latency(total=time.perf_counter() - t_start, **st.lat), finish_reason=finish,
         rechecked_at=rechecked_at, search_query=searched, history_turns=len(turns),
+        calibration=getattr(s, "calibration_label", "") if g.name == "evidence" else "",
     ), tuple(final_ids), tuple(t for t in out if t not in eos))
 
 

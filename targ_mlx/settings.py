@@ -9,8 +9,8 @@ Bad values fail here, before a model loads, with one line naming the value and t
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields, replace
-from typing import Any
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Mapping
 
 from targ_mlx.config import Config
 from targ_mlx.defaults import (
@@ -50,6 +50,10 @@ class Settings:
     prompt_style: str = DEFAULT_PROMPT
     history_tokens: int = DEFAULT_HISTORY_TOKENS  # earlier chat turns kept in the prompt
     rewrite: str = DEFAULT_REWRITE  # how a follow-up becomes a standalone search query
+    # the evidence gate's calibration for this model (`Config.evidence_calibration`) and what it is:
+    # "shipped", "default (pooled)", "user, 300 questions, <date>"; None: the shipped one for the model
+    calibration: Mapping | None = field(default=None, compare=False, repr=False)
+    calibration_label: str = ""
 
     def __post_init__(self):
         if self.gate not in gates.names():
@@ -108,12 +112,14 @@ class Settings:
         gate = values.get("gate", DEFAULT_GATE)
         if tau is None and gates.get(gate).scored:
             tau = cfg.tau_for(model_key, gate)
-        return cls(**values, tau=tau)
+        cal, label = cfg.evidence_calibration(model_key)
+        return cls(**values, tau=tau, calibration=cal, calibration_label=label)
 
     def with_gate(self, gate: str, cfg: Config, model_key: str) -> Settings:
         """The same settings under another gate, its tau resolved as `from_config` does."""
         tau = cfg.tau_for(model_key, gate) if gates.get(gate).scored else None
-        return replace(self, gate=gate, tau=tau)
+        cal, label = cfg.evidence_calibration(model_key)
+        return replace(self, gate=gate, tau=tau, calibration=cal, calibration_label=label)
 
 
 def _at_least(name: str, value: int, low: int, fix: str) -> None:

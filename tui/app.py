@@ -172,7 +172,9 @@ class ChatApp(SlashCommands, App):
         s = a.settings if a else None
         index = self.index_label or (a.index_id if a and a.index_id else "-")
         self.query_one(StatusBar).set_status(
-            model=a.backbone.model_id if a else "loading", index=index, gate=s.gate if s else "-",
+            model=a.backbone.model_id if a else "loading", index=index,
+            gate=(f"{s.gate} ({s.calibration_label})" if s.calibration_label and s.gate == "evidence" else s.gate)
+            if s else "-",
             tau=s.tau if s and s.scored else None, k=s.k if s else 0,
             retrieved=self.retrieved, answered=self.answered,
             state=state or ("generating…" if self.generating else ""), tau_note=a.tau_note() if a else "",

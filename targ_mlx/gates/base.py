@@ -8,8 +8,8 @@ it. Adding a gate is one module that subclasses `Gate` and calls `register`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar, Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar, Mapping, Sequence
 
 from targ_mlx.defaults import DEFAULT_BETA
 
@@ -53,6 +53,9 @@ class Signals:
 class GateParams:
     k: int | None = None  # draft steps scored (all when None)
     beta: float = DEFAULT_BETA  # margin link exp(-g / beta)
+    # a calibration for a gate fitted per model (the evidence gate's knots), chosen by the caller
+    # from the user's config; None: the gate's shipped one for the signals' model
+    calibration: Mapping | None = field(default=None, compare=False, repr=False)
 
 
 class Gate:

@@ -114,6 +114,8 @@ class DecisionLog(Transcript):
             extra = {**(extra or {}), "search_query": answer.search_query, "history_turns": answer.history_turns}
         if answer.note:
             extra = {**(extra or {}), "note": answer.note}
+        if answer.calibration:
+            extra = {**(extra or {}), "calibration": answer.calibration}
         ran = "always" if answer.retrieved else "never"
         branch = {name: dict((branches or {}).get(name) or {}) for name in ("never", "always")}
         for metric, value in (("em", em), ("f1", f1)):

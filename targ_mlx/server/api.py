@@ -144,6 +144,17 @@ def parse_chat(body: dict) -> ChatRequest:
     return ChatRequest(pending.strip(), tuple(turns), stream, max_tokens, model, include_usage, logprobs, top)
 
 
+def parse_feedback(body: dict, labels: tuple[str, ...]) -> tuple[int, str]:
+    """`POST /v1/feedback` {"decision_id": int, "label": one of `labels`} -> (decision_id, label)."""
+    did, label = body.get("decision_id"), body.get("label")
+    if isinstance(did, bool) or not isinstance(did, int) or did < 1:
+        raise ApiError(400, f"decision_id must be a positive integer (the targ.decision_id of an answer); got {did!r}",
+                       "decision_id")
+    if label not in labels:
+        raise ApiError(400, f"label must be one of {', '.join(labels)}; got {label!r}", "label")
+    return did, label
+
+
 def new_id() -> str:
     return "chatcmpl-" + uuid.uuid4().hex[:24]
 
@@ -155,7 +166,8 @@ def decision_field(ans: Answer, decision_id: int | None = None) -> dict:
     return {
         "decision": {"gate": ans.gate, "score": ans.score, "threshold": tau, "read": ans.retrieved,
                      "searched": ans.searched, "reason": ans.reason, "no_source": ans.no_source,
-                     "confirmed": ans.confirmed, "scores": ans.scores, "note": ans.note or None, "search_query": ans.search_query},
+                     "confirmed": ans.confirmed, "scores": ans.scores, "note": ans.note or None, "search_query": ans.search_query,
+                     "calibration": ans.calibration or None},
         "passages": [{"key": p.key, "title": p.title, "similarity": p.score} for p in ans.passages],
         "found": [{"key": p.key, "title": p.title, "similarity": p.score} for p in ans.found],
         "timings": {"draft": lat.draft, "gate": lat.gate, "search": lat.retrieval, "prefill": lat.prefill,

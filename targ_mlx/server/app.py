@@ -7,6 +7,7 @@ bounded queue: when it is full the server answers 503 with Retry-After instead o
 client that disconnects, mid-stream or while queued, cancels its generation.
 
 Routes: `POST /v1/chat/completions` (streaming with server-sent events, or not), `GET /v1/models`,
+`POST /v1/feedback` ({"decision_id", "label"}: a label on a logged answer, for `targ-calibrate refit`),
 `GET /health` (the only route open without the API key).
 """
 
@@ -201,6 +202,23 @@ def make_app(session, model_name: str, api_key: str | None = None, queue_size: i
             job.cancel.set()
             raise
 
+    async def feedback(request: Request) -> Response:
+        """A user's label on a logged answer (what the chat's F2 / F3 do), for `targ-calibrate refit`."""
+        from targ_mlx.log.decisions import LABELS, UnknownDecisionError
+
+        try:
+            authorised(request)
+            did, label = api.parse_feedback(api.parse_body(await _read_capped(request)), LABELS)
+            if assistant.log is None or not hasattr(assistant.log, "feedback"):
+                raise api.ApiError(409, "this server keeps no decision log to label; start it without --no-log")
+            try:
+                fid = await asyncio.get_running_loop().run_in_executor(None, assistant.log.feedback, did, label)
+            except UnknownDecisionError:
+                raise api.ApiError(404, f"no decision {did} in this server's log", "decision_id") from None
+        except api.ApiError as e:
+            return _error(e)
+        return JSONResponse({"id": fid, "decision_id": did, "label": label})
+
     @contextlib.asynccontextmanager
     async def lifespan(app):
         worker.start()
@@ -210,7 +228,8 @@ def make_app(session, model_name: str, api_key: str | None = None, queue_size: i
             await asyncio.get_running_loop().run_in_executor(None, worker.stop)
 
     app = Starlette(routes=[Route("/health", health), Route("/v1/models", models),
-                            Route("/v1/chat/completions", chat, methods=["POST"])], lifespan=lifespan)
+                            Route("/v1/chat/completions", chat, methods=["POST"]),
+                            Route("/v1/feedback", feedback, methods=["POST"])], lifespan=lifespan)
     app.state.worker = worker
     return app
 

@@ -1,0 +1,118 @@
+"""How the evidence gate fares with another model's calibration: the transfer table.
+
+For each offline model and each of its committed eval cells, the gate's U_evi is recomputed from
+the records (no model runs) under three calibrations: the model's own shipped fit, the other
+model's, and the pooled "default" (what every other model gets; it was fitted on both models' dev
+halves, this one's included). Each is then judged exactly as the report judges the shipped gate
+(`eval.analysis.verdict`: the reading budget chosen on the dev half, tau by the budget rule, the
+test half scored): evidence − random at its reading rate, paired bootstrap 95% CI, accuracy points.
+
+    PYTHONPATH=. python scripts/analysis/transfer_calibration.py [--boot 1000] [--no-fit-tau 0.05]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from targ_mlx.eval import analysis as an
+from targ_mlx.eval.sweep import Signals
+from targ_mlx.evidence_fit import read_cell
+from targ_mlx.gates import Evidence, GateParams, get
+from targ_mlx.gates import Signals as GateSignals
+from targ_mlx.gates.evidence import DEFAULT_KEY, calibrations
+
+ROOT = Path(__file__).resolve().parents[2] / "results"
+MODELS = {"smollm2-135m": "SmolLM2", "qwen2.5-coder-1.5b": "Qwen 1.5B"}
+CORPORA = ("seeded", "clean", "large")
+DATASETS = {"nq_open": "NQ-Open", "popqa": "PopQA", "triviaqa": "TriviaQA"}
+K, BETA, METRIC = 20, 3.0, "acc"
+
+
+def rescored(records: list[dict], model: str, cal: dict) -> list[dict]:
+    """The records with the evidence gate's U at k=K recomputed under calibration `cal`."""
+    gate, p = get("evidence"), GateParams(K, BETA, cal)
+    out = []
+    for r in records:
+        ev = tuple(Evidence(x[1], float(x[2]), float(x[3]) if len(x) > 3 else None) for x in r["always"]["passages"])
+        sig = GateSignals(gaps=r["gaps"], evidence=ev, model=model, confirmed=bool(r["always"]["confirms"][str(K)]))
+        u = gate.score(sig, p)
+        out.append({**r, "scores": {**r["scores"], "evidence": {**r["scores"]["evidence"], str(K): u}}})
+    return out
+
+
+def cell_verdicts(cell: Path, model: str, cals: dict[str, dict], n_boot: int) -> dict[str, tuple]:
+    """Per calibration: (the report's verdict: budget chosen on dev; the test half at the calibration's
+    own shipped tau: (reading rate, evidence − random CI)), the second being what a model gets
+    with no dev half of its own to choose a budget on."""
+    from targ_mlx.eval import controls as ctl
+    from targ_mlx.eval.sweep import paired_ci
+
+    recs, dev, test = read_cell(cell)
+    out = {}
+    for name, cal in cals.items():
+        sig = Signals(rescored(recs, model, cal))
+        t = sig.subset(test)
+        r = t.u["evidence"][K] > float(cal.get("tau_used", cal["tau"]))
+        nv, al = t.never[METRIC], t.always[METRIC]
+        fixed = (float(r.mean()), paired_ci(ctl.gated(r, nv, al), ctl.random_expected(nv, al, float(r.mean())), n_boot, 0))
+        out[name] = (an.verdict(sig, dev, test, METRIC, K, n_boot, 0, gate="evidence"), fixed)
+    return out
+
+
+def _ci(ci) -> str:
+    est, lo, hi = (100 * x for x in ci)
+    bold = "**" if lo > 0 else ""
+    return f"{bold}{est:+.1f} [{lo:+.1f}, {hi:+.1f}]{bold}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--boot", type=int, default=1000, help="bootstrap resamples (default 1000, the report's)")
+    ap.add_argument("--no-fit-tau", type=float, metavar="TAU",
+                    help="also score the pooled fit at this tau (what a model with no fit would read at)")
+    args = ap.parse_args(argv)
+    keys = ("own", "other", "default") + (("new",) if args.no_fit_tau is not None else ())
+    shipped = calibrations()
+    head = ("| model · corpus · dataset | test n | own: evidence − random (reading rate) | other model's | "
+            "pooled default | own − other (accuracy) | at each fit's shipped τ: own | other's | pooled's |"
+            + (f" pooled at τ {args.no_fit_tau:g} |" if args.no_fit_tau is not None else ""))
+    print(head)
+    print("|---" * (head.count("|") - 1) + "|")
+    sums = {m: {k: [] for k in keys + tuple("fixed_" + k for k in keys)} for m in MODELS}
+    for model, label in MODELS.items():
+        other = next(m for m in MODELS if m != model)
+        cals = {"own": shipped[model], "other": shipped[other], "default": shipped[DEFAULT_KEY]}
+        if args.no_fit_tau is not None:
+            cals["new"] = {**shipped[DEFAULT_KEY], "tau_used": args.no_fit_tau}
+        for corpus in CORPORA:
+            for name, dname in DATASETS.items():
+                cell = ROOT / model / corpus / name
+                if not (cell / "records.jsonl").is_file():
+                    continue
+                both = cell_verdicts(cell, model, cals, args.boot)
+                v = {key: b[0] for key, b in both.items()}
+                for key in cals:
+                    sums[model][key].append(v[key].vs_random[0])
+                    sums[model]["fixed_" + key].append(both[key][1][1][0])
+                gap = 100 * (v["own"].gate - v["other"].gate)
+                cols = [f"{_ci(v[key].vs_random)} ({v[key].rate:.2f})" for key in ("own", "other", "default")]
+                fixed = [f"{_ci(both[key][1][1])} ({both[key][1][0]:.2f})" for key in keys]
+                print(f"| {label} · {corpus} · {dname} | {v['own'].n} | {' | '.join(cols)} | {gap:+.1f} | "
+                      f"{' | '.join(fixed)} |")
+                sys.stdout.flush()
+    for model, label in MODELS.items():
+        means = {k: 100 * float(np.mean(v)) for k, v in sums[model].items()}
+        print(f"\n{label}: mean evidence − random over {len(sums[model]['own'])} cells: own {means['own']:+.2f}, "
+              f"other model's {means['other']:+.2f}, pooled default {means['default']:+.2f} points; at each fit's "
+              f"shipped tau: own {means['fixed_own']:+.2f}, other's {means['fixed_other']:+.2f}, "
+              f"pooled's {means['fixed_default']:+.2f}"
+              + (f", pooled at tau {args.no_fit_tau:g} {means['fixed_new']:+.2f}" if "new" in keys else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""`targ-calibrate fit`: the evidence gate fitted to a model from one command, end to end.
+
+SmolLM2 is treated as a new model (its shipped fit hidden by TARG_MLX_HIDE_CALIBRATION): the
+command fits it from the dev half of one committed eval cell, and the fit must make the shipped
+fit's read/skip decisions on the held-out test halves of every committed SmolLM2 cell. A second
+test records a few questions with the real model over a small real index, so the recording path,
+the config it writes and `targ ask --json`'s label are exercised too.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from targ_mlx.calibrate import main
+from targ_mlx.config import default_config_path, load_config
+from targ_mlx.evidence_fit import read_cell
+from targ_mlx.gates import Evidence, GateParams, Signals, get
+from targ_mlx.gates.evidence import HIDE_ENV, calibrations
+
+ROOT = Path(__file__).resolve().parents[1]
+SMOL = ROOT / "results" / "smollm2-135m"
+DEV_CELL = SMOL / "clean" / "nq_open"  # 250 dev questions: near the command's default of 300
+CELLS = [SMOL / corpus / name for corpus in ("clean", "seeded") for name in ("nq_open", "popqa", "triviaqa")]
+
+
+def _decisions(records: list[dict], cal: dict, tau: float) -> list[bool]:
+    """The gate's own read/skip decision per record under calibration `cal` (k=20, beta=3)."""
+    gate, p = get("evidence"), GateParams(20, 3.0, cal)
+    out = []
+    for r in records:
+        ev = tuple(Evidence(x[1], float(x[2])) for x in r["always"]["passages"])
+        sig = Signals(gaps=r["gaps"], evidence=ev, model="smollm2-135m", confirmed=bool(r["always"]["confirms"]["20"]))
+        out.append(gate.decide(sig, tau, p).retrieve)
+    return out
+
+
+def test_fit_from_a_cells_dev_half_reproduces_the_shipped_decisions_on_every_test_half(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv(HIDE_ENV, "smollm2-135m")
+    before = load_config()
+    assert before.evidence_calibration("smollm2-135m")[1] == "default (pooled)"
+    assert main(["fit", "--model", "smollm2-135m", "--records", str(DEV_CELL)]) == 0
+    assert "250 questions" in capsys.readouterr().out
+    cfg = load_config()
+    cal, label = cfg.evidence_calibration("smollm2-135m")
+    assert label.startswith("user, 250 questions, ")
+    tau = cfg.tau_for("smollm2-135m", "evidence")
+    assert tau == cal["tau"]
+    shipped = calibrations()["smollm2-135m"]
+    for cell in CELLS:
+        recs, _, test = read_cell(cell)
+        held_out = [recs[i] for i in test]
+        ours, theirs = _decisions(held_out, dict(cal), tau), _decisions(held_out, shipped, shipped["tau"])
+        agree = sum(a == b for a, b in zip(ours, theirs)) / len(held_out)
+        assert agree >= 0.95, f"{cell}: {agree:.3f} of {len(held_out)} test decisions agree"
+
+
+def test_too_few_questions_and_another_models_records_are_refused_in_one_line(tmp_path, capsys):
+    assert main(["fit", "--model", "smollm2-135m", "--records", str(DEV_CELL), "--min-questions", "300"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "at least 300" in err
+    assert main(["fit", "--model", "qwen2.5-coder-1.5b", "--records", str(DEV_CELL)]) == 2
+    assert "fix: --model smollm2-135m" in capsys.readouterr().err
+    assert not default_config_path().exists()  # nothing written on a refusal
+
+
+def _qa_file(path: Path, questions: list[dict], n: int) -> Path:
+    path.write_text("".join(json.dumps({"id": q["id"], "question": q["question"], "answers": q["answers"]}) + "\n"
+                            for q in questions[:n]), encoding="utf-8")
+    return path
+
+
+@pytest.mark.slow
+def test_fit_records_with_the_model_resumes_and_targ_ask_says_user(tmp_path, monkeypatch, capsys, small_index_dir,
+                                                                    small_index_questions):
+    from targ_mlx.cli import main as targ
+
+    monkeypatch.setenv(HIDE_ENV, "smollm2-135m")
+    data = _qa_file(tmp_path / "qa.jsonl", small_index_questions, 6)
+    run = tmp_path / "run"
+    args = ["fit", "--model", "smollm2-135m", "--data-file", str(data), "--index", str(small_index_dir),
+            "--output-dir", str(run), "--quiet", "--batch-size", "3"]
+    # the refusal names the minimum, before any model loads
+    assert main([*args, "--limit", "6"]) == 2
+    assert "at least 100" in capsys.readouterr().err
+    assert main([*args, "--limit", "3", "--min-questions", "3"]) == 0
+    assert len((run / "records.jsonl").read_text().splitlines()) == 3
+    assert main([*args, "--limit", "6", "--min-questions", "6"]) == 0  # continues: 3 more recorded
+    rows = [json.loads(x) for x in (run / "records.jsonl").read_text().splitlines()]
+    assert len(rows) == len({r["id"] for r in rows}) == 6
+    out = capsys.readouterr().out
+    assert "on 6 questions" in out and "before: default (pooled)" in out
+    cfg = load_config()
+    assert cfg.evidence_by_model["smollm2-135m"]["n"] == 6
+    q = small_index_questions[20]["question"]
+    assert targ(["ask", q, "--json", "--no-log", "--index", str(small_index_dir)]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["gate"] == "evidence"
+    assert record["calibration"].startswith("user, 6 questions, ")
+    assert record["tau"] == pytest.approx(cfg.evidence_by_model["smollm2-135m"]["tau"])
+
+
+@pytest.mark.slow
+def test_a_model_that_cannot_load_is_one_line(tmp_path, capsys, small_index_dir, small_index_questions):
+    data = _qa_file(tmp_path / "qa.jsonl", small_index_questions, 3)
+    assert main(["fit", "--model", str(tmp_path / "missing.gguf"), "--data-file", str(data), "--index",
+                 str(small_index_dir), "--min-questions", "3", "--quiet", "--output-dir", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: cannot load model") and "\n" not in err
