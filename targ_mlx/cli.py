@@ -106,12 +106,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def label(args: argparse.Namespace) -> int:
-    from targ_mlx.config import load_config
-    from targ_mlx.log.decisions import DecisionLog
+    from targ_mlx.session import label_decision
 
-    db = load_config(args.config).merged(db=args.db).db
-    with DecisionLog(db) as log:
-        log.feedback(args.decision, args.label)
+    db = label_decision(args.decision, args.label, args.db, args.config)
     print(f"decision {args.decision} labelled {args.label} in {db}")
     return 0
 

@@ -204,15 +204,15 @@ def make_app(session, model_name: str, api_key: str | None = None, queue_size: i
 
     async def feedback(request: Request) -> Response:
         """A user's label on a logged answer (what the chat's F2 / F3 do), for `targ-calibrate refit`."""
-        from targ_mlx.log.decisions import LABELS, UnknownDecisionError
+        from targ_mlx.session import LABELS, UnknownDecisionError
 
         try:
             authorised(request)
             did, label = api.parse_feedback(api.parse_body(await _read_capped(request)), LABELS)
-            if assistant.log is None or not hasattr(assistant.log, "feedback"):
+            if session.log is None or not hasattr(session.log, "feedback"):
                 raise api.ApiError(409, "this server keeps no decision log to label; start it without --no-log")
             try:
-                fid = await asyncio.get_running_loop().run_in_executor(None, assistant.log.feedback, did, label)
+                fid = await asyncio.get_running_loop().run_in_executor(None, session.log.feedback, did, label)
             except UnknownDecisionError:
                 raise api.ApiError(404, f"no decision {did} in this server's log", "decision_id") from None
         except api.ApiError as e:

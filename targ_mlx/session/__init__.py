@@ -24,6 +24,7 @@ _WHERE = {
     "Event": "events",
     "Settings": "settings",
     "default_model": "config", "model_key": "model_spec",
+    "label_decision": "feedback", "LABELS": "decisions", "UnknownDecisionError": "decisions",
 }
 __all__ = sorted(_WHERE)
 
@@ -36,6 +37,8 @@ def __getattr__(name: str):
         return getattr(import_module("targ_mlx.runner"), name)
     if where in ("settings", "config"):
         return getattr(import_module(f"targ_mlx.{where}"), name)
+    if where == "decisions":
+        return getattr(import_module("targ_mlx.log.decisions"), name)
     if where == "model_spec":
         return getattr(import_module("targ_mlx.runtime.model_spec"), name)
     return getattr(import_module(f"targ_mlx.session.{where}"), name)
