@@ -28,6 +28,11 @@
 namespace targ {
 
 constexpr int kAmxGroupBytes = 512;  // B tiles of one group: 8 rows x 64 bytes
+// Q4_K's B tiles hold q - 8 (signed, TDPBSSD): a group's dot product is then at most
+// 32 * 8 * 127 = 32512 in magnitude, a 16-bit value, so one vpdpwssd applies its scale (vpmulld
+// cost twice as much); the 8 * sum(x) it leaves out comes back through the activation sums per
+// 32 that the mins use already.
+constexpr int kK4Offset = 8;
 
 // Which operand layout a matrix's B tiles take.
 enum class AmxKind { k4, k6, affine4, affine8 };
@@ -58,9 +63,10 @@ inline int weight_value(const QMat& W, AmxKind kind, const uint8_t* grp, int k, 
 
 inline void operands_ref(const QMat& W, int t, int g, uint8_t* out) {
   const AmxKind kind = amx_kind(W);
+  const int offset = kind == AmxKind::k4 ? kK4Offset : 0;
   const uint8_t* grp = W.q + (size_t)t * W.tile_bytes() + (size_t)g * W.group_bytes();
   for (int p = 0; p < QG; p++)
-    for (int c = 0; c < NT; c++) out[64 * (p / 4) + 4 * c + p % 4] = (uint8_t)weight_value(W, kind, grp, act_k(kind, p), c);
+    for (int c = 0; c < NT; c++) out[64 * (p / 4) + 4 * c + p % 4] = (uint8_t)(weight_value(W, kind, grp, act_k(kind, p), c) - offset);
 }
 
 #if TARG_VNNI
@@ -69,7 +75,10 @@ inline void operands_simd(const QMat& W, int t, int g, uint8_t* out) {
   const uint8_t* grp = W.q + (size_t)t * W.tile_bytes() + (size_t)g * W.group_bytes();
   __m512i w[8];
   switch (amx_kind(W)) {
-    case AmxKind::k4: k4_operands(grp, w); break;
+    case AmxKind::k4:
+      k4_operands(grp, w);
+      for (int o = 0; o < 8; o++) w[o] = _mm512_sub_epi8(w[o], _mm512_set1_epi8(kK4Offset));
+      break;
     case AmxKind::k6: k6_operands(grp, w); break;
     case AmxKind::affine4: q8_operands<4>(grp, vnni_order(), w); break;
     case AmxKind::affine8: q8_operands<8>(grp, vnni_order(), w); break;
@@ -92,36 +101,78 @@ inline void unpack_tile(const QMat& W, int t, uint8_t* wb, bool simd) {
   }
 }
 
-// Integer dot products of 16 activation rows (xq: row 0, k 0; row stride K) with the groups
+// A tiles: rows [m0, m1) (a multiple of 16) of int8 activations xq (row stride K) as blocks of
+// 16 rows, each K / KB runs of 16 rows x KB bytes, so one A tile is 16 * KB contiguous bytes
+// (as loaded from the rows themselves, each tile touched 16 cache lines for half of each, and
+// the rows' stream from L2 held the tile products back).
+inline void pack_a(const int8_t* xq, int K, int KB, int m0, int m1, int8_t* pa) {
+  for (int m = m0; m < m1; m += 16) {
+    int8_t* blk = pa + (size_t)m * K;
+    for (int r = 0; r < 16; r++)
+      for (int i = 0; i < K / KB; i++) std::memcpy(blk + ((size_t)i * 16 + r) * KB, xq + (size_t)(m + r) * K + i * KB, KB);
+  }
+}
+
+// Integer dot products of a block of 16 activation rows (xa: its A tiles, pack_a) with the groups
 // [g0, g0 + n) of a tile's B tiles: cb[j] = 16 rows x 16 columns, int32. KB = 32: one product
 // per group (configuration tile_config(32)); KB = 16: two per group, its sub-blocks of 16 k, into
-// cb[2j] and cb[2j + 1] (tile_config(16)). Two C tiles in flight.
-template <class T, int KB>
-inline void group_dots(const int8_t* xq, int K, const uint8_t* wb, int g0, int n, int32_t* cb) {
-  constexpr int parts = QG / KB;  // products per group
-  const int total = n * parts;
-  auto a_at = [&](int i) { return xq + (g0 + i / parts) * QG + (i % parts) * KB; };
-  auto b_at = [&](int i) { return wb + (size_t)(g0 + i / parts) * kAmxGroupBytes + (i % parts) * 256; };
-  int i = 0;
-  for (; i + 2 <= total; i += 2) {
-    T::template zero<0>();
-    T::template zero<1>();
-    T::template load<4>(a_at(i), K);
-    T::template load<5>(b_at(i), 64);
-    T::template load<6>(a_at(i + 1), K);
-    T::template load<7>(b_at(i + 1), 64);
-    T::template dpbsud<0, 4, 5>();
-    T::template dpbsud<1, 6, 7>();
-    T::template store<0>(cb + (size_t)i * 256, 64);
-    T::template store<1>(cb + (size_t)(i + 1) * 256, 64);
+// cb[2j] and cb[2j + 1] (tile_config(16)).
+//
+// Issued a product at a time (step), so the kernels spread the next products' tile instructions
+// through the vector code that applies the scales to the last ones: issued all at once, the
+// stores waited on the tile products at the head of the reorder buffer and the vector code
+// behind them stalled (the tile stores and zeroes held 40% of the samples). Product j goes to C
+// tile j % 4 with A and B tiles 4, 5 or 6, 7 by turns; its store is issued two steps later.
+template <class T, int KB, bool SIGNED_B = false>
+struct DotPipe {
+  static constexpr int parts = QG / KB;  // products per group
+  const int8_t* xa = nullptr;
+  const uint8_t* wb = nullptr;
+  int32_t* cb = nullptr;
+  int g0 = 0, total = 0, next = 0, stored = 0;
+
+  void start(const int8_t* xa_, const uint8_t* wb_, int g0_, int n, int32_t* cb_) {
+    xa = xa_, wb = wb_, g0 = g0_, total = n * parts, cb = cb_, next = stored = 0;
   }
-  if (i < total) {
-    T::template zero<0>();
-    T::template load<4>(a_at(i), K);
-    T::template load<5>(b_at(i), 64);
-    T::template dpbsud<0, 4, 5>();
-    T::template store<0>(cb + (size_t)i * 256, 64);
+  template <int C>
+  void issue(int i) {
+    constexpr int A = C % 2 ? 6 : 4, B = A + 1;
+    T::template zero<C>();
+    T::template load<A>(xa + (size_t)(g0 * parts + i) * 16 * KB, KB);
+    T::template load<B>(wb + (size_t)(g0 + i / parts) * kAmxGroupBytes + (i % parts) * 256, 64);
+    T::template dp<C, A, B, SIGNED_B>();
   }
+  void store(int i) {
+    int32_t* c = cb + (size_t)i * 256;
+    switch (i & 3) {
+      case 0: T::template store<0>(c, 64); break;
+      case 1: T::template store<1>(c, 64); break;
+      case 2: T::template store<2>(c, 64); break;
+      default: T::template store<3>(c, 64); break;
+    }
+  }
+  void step() {
+    if (next >= total) return;
+    switch (next & 3) {
+      case 0: issue<0>(next); break;
+      case 1: issue<1>(next); break;
+      case 2: issue<2>(next); break;
+      default: issue<3>(next); break;
+    }
+    next++;
+    if (next - stored > 2) store(stored++);
+  }
+  void drain() {  // every product issued and stored
+    while (next < total) step();
+    while (stored < total) store(stored++);
+  }
+};
+
+template <class T, int KB, bool SIGNED_B = false>
+inline void group_dots(const int8_t* xa, const uint8_t* wb, int g0, int n, int32_t* cb) {
+  DotPipe<T, KB, SIGNED_B> p;
+  p.start(xa, wb, g0, n, cb);
+  p.drain();
 }
 
 #if TARG_VNNI
@@ -129,56 +180,65 @@ inline void group_dots(const int8_t* xq, int K, const uint8_t* wb, int g0, int n
 // Q4_K (k4_vnni): per super-block a32 = sum_g sc[g] * dot_g in int32 (exact either way), the
 // mins against the activation sums, one float fold per 256.
 template <class T>
-inline void k4_amx(const QMat& W, int t, const uint8_t* wb, const Q8K& X, int m0, float* out /* 16 x NT */) {
+inline void k4_amx(const QMat& W, int t, const uint8_t* wb, const Q8K& X, const int8_t* xa, int m0, float* out /* 16 x NT */) {
   const int K = W.K, G = K / QG, S = K / QK;
   const uint8_t* smt = (const uint8_t*)W.scales + (size_t)t * G * 2 * NT;
   alignas(64) int32_t cbuf[2][8 * 256];
   for (int r = 0; r < 16; r++) _mm512_store_ps(out + r * NT, _mm512_setzero_ps());
-  const int8_t* xq = X.q + (size_t)m0 * K;
-  group_dots<T, 32>(xq, K, wb, 0, 8, cbuf[0]);
+  DotPipe<T, 32, true> pipe;
+  group_dots<T, 32, true>(xa, wb, 0, 8, cbuf[0]);
   for (int s = 0; s < S; s++) {
     // the next super-block's tile products run while this one's scales are applied
-    if (s + 1 < S) group_dots<T, 32>(xq, K, wb, 8 * (s + 1), 8, cbuf[(s + 1) & 1]);
+    pipe.start(xa, wb, 8 * (s + 1), s + 1 < S ? 8 : 0, cbuf[(s + 1) & 1]);
     const int32_t* cb = cbuf[s & 1];
-    __m512i sc[8];
-    for (int j = 0; j < 8; j++) sc[j] = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(smt + (size_t)(8 * s + j) * 2 * NT)));
     const uint16_t* dd = (const uint16_t*)biases_at(W, t, 8 * s);
-    __m512i m16[4];
+    // per group: its scales as 32-bit lanes, i.e. 16-bit pairs (sc, 0): vpdpwssd of a group's dot
+    // products (|dot| <= 32512, so each lane is the pair (dot, its sign)) adds sc * dot exactly.
+    // Per pair of groups (2p, 2p + 1): 16-bit (min, min) and (8 sc, 8 sc) against the activation
+    // sums, the mins and the 8 * sum(x) the B tiles left out.
+    __m512i sc32[8], m16[4], sc8[4];
+    for (int j = 0; j < 8; j++) sc32[j] = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(smt + (size_t)(8 * s + j) * 2 * NT)));
     for (int p = 0; p < 4; p++) {
-      const uint8_t* m0b = smt + (size_t)(8 * s + 2 * p) * 2 * NT + NT;
-      const __m128i a = _mm_loadu_si128((const __m128i*)m0b), b = _mm_loadu_si128((const __m128i*)(m0b + 2 * NT));
-      m16[p] = _mm512_cvtepu8_epi16(_mm256_set_m128i(_mm_unpackhi_epi8(a, b), _mm_unpacklo_epi8(a, b)));
+      const uint8_t* g0b = smt + (size_t)(8 * s + 2 * p) * 2 * NT;
+      const __m128i a = _mm_loadu_si128((const __m128i*)g0b), b = _mm_loadu_si128((const __m128i*)(g0b + 2 * NT));
+      const __m128i am = _mm_loadu_si128((const __m128i*)(g0b + NT)), bm = _mm_loadu_si128((const __m128i*)(g0b + 3 * NT));
+      sc8[p] = _mm512_slli_epi16(_mm512_cvtepu8_epi16(_mm256_set_m128i(_mm_unpackhi_epi8(a, b), _mm_unpacklo_epi8(a, b))), 3);
+      m16[p] = _mm512_cvtepu8_epi16(_mm256_set_m128i(_mm_unpackhi_epi8(am, bm), _mm_unpacklo_epi8(am, bm)));
     }
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)dd));
     const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(dd + NT)));
     for (int r = 0; r < 16; r++) {
-      __m512i a32 = _mm512_setzero_si512();
-      for (int j = 0; j < 8; j++) a32 = _mm512_add_epi32(a32, _mm512_mullo_epi32(_mm512_load_si512(cb + j * 256 + r * NT), sc[j]));
+      if (r % 2 == 0) pipe.step();
       const int16_t* xs = X.bsum32 + (size_t)(m0 + r) * G + 8 * s;
-      __m512i mn = _mm512_setzero_si512();
+      __m512i a32 = _mm512_setzero_si512(), mn = _mm512_setzero_si512();
+      for (int j = 0; j < 8; j++) a32 = _mm512_dpwssd_epi32(a32, _mm512_load_si512(cb + j * 256 + r * NT), sc32[j]);
       for (int p = 0; p < 4; p++) {
         int32_t pair;
         std::memcpy(&pair, xs + 2 * p, 4);
-        mn = _mm512_add_epi32(mn, _mm512_madd_epi16(m16[p], _mm512_set1_epi32(pair)));
+        const __m512i xp = _mm512_set1_epi32(pair);
+        mn = _mm512_dpwssd_epi32(mn, m16[p], xp);
+        a32 = _mm512_dpwssd_epi32(a32, sc8[p], xp);
       }
+      // a32 is now sum_g sc_g * dot_g exactly, as the VNNI kernel's; mn its mins term
       const __m512 v = _mm512_fmsub_ps(d, _mm512_cvtepi32_ps(a32), _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn)));
       _mm512_store_ps(out + r * NT, _mm512_fmadd_ps(v, _mm512_set1_ps(X.d[(size_t)(m0 + r) * S + s]), _mm512_load_ps(out + r * NT)));
     }
+    pipe.drain();
   }
 }
 
 // Q6_K (k6_vnni): per sub-block of 16 its int8 scale, the -32 offset through the activation sums.
 template <class T>
-inline void k6_amx(const QMat& W, int t, const uint8_t* wb, const Q8K& X, int m0, float* out) {
+inline void k6_amx(const QMat& W, int t, const uint8_t* wb, const Q8K& X, const int8_t* xa, int m0, float* out) {
   const int K = W.K, G = K / QG, S = K / QK;
   const int8_t* sct = (const int8_t*)W.scales + (size_t)t * G * 2 * NT;
   const uint16_t* dt = (const uint16_t*)W.biases + (size_t)t * S * NT;
   alignas(64) int32_t cbuf[2][16 * 256];
   for (int r = 0; r < 16; r++) _mm512_store_ps(out + r * NT, _mm512_setzero_ps());
-  const int8_t* xq = X.q + (size_t)m0 * K;
-  group_dots<T, 16>(xq, K, wb, 0, 8, cbuf[0]);
+  DotPipe<T, 16> pipe;
+  group_dots<T, 16>(xa, wb, 0, 8, cbuf[0]);
   for (int s = 0; s < S; s++) {
-    if (s + 1 < S) group_dots<T, 16>(xq, K, wb, 8 * (s + 1), 8, cbuf[(s + 1) & 1]);
+    pipe.start(xa, wb, 8 * (s + 1), s + 1 < S ? 8 : 0, cbuf[(s + 1) & 1]);
     const int32_t* cb = cbuf[s & 1];
     __m512i sc[16];  // sub-block 2j + h of the super-block
     for (int j = 0; j < 16; j++) sc[j] = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(sct + (size_t)(16 * s + j) * NT)));
@@ -190,6 +250,7 @@ inline void k6_amx(const QMat& W, int t, const uint8_t* wb, const Q8K& X, int m0
     }
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(dt + (size_t)s * NT)));
     for (int r = 0; r < 16; r++) {
+      pipe.step();
       __m512i a32 = _mm512_setzero_si512();
       for (int j = 0; j < 16; j++) a32 = _mm512_add_epi32(a32, _mm512_mullo_epi32(_mm512_load_si512(cb + j * 256 + r * NT), sc[j]));
       const int16_t* xs = X.bsum + (size_t)(m0 + r) * (K / 16) + (size_t)s * 16;
@@ -203,20 +264,21 @@ inline void k6_amx(const QMat& W, int t, const uint8_t* wb, const Q8K& X, int m0
       _mm512_store_ps(out + r * NT, _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(isum)),
                                                     _mm512_set1_ps(X.d[(size_t)(m0 + r) * S + s]), _mm512_load_ps(out + r * NT)));
     }
+    pipe.drain();
   }
 }
 
 // Affine tiles (q8_tiles): per group y += d * (scale * dot) + ds * bias, group after group.
 template <class T>
-inline void affine_amx(const QMat& W, int t, const uint8_t* wb, const Q8& X, int m0, float* out) {
+inline void affine_amx(const QMat& W, int t, const uint8_t* wb, const Q8& X, const int8_t* xa, int m0, float* out) {
   const int K = W.K, G = K / QG;
   alignas(64) int32_t cbuf[2][8 * 256];
   for (int r = 0; r < 16; r++) _mm512_store_ps(out + r * NT, _mm512_setzero_ps());
-  const int8_t* xq = X.q + (size_t)m0 * K;
-  group_dots<T, 32>(xq, K, wb, 0, std::min(8, G), cbuf[0]);
+  DotPipe<T, 32> pipe;
+  group_dots<T, 32>(xa, wb, 0, std::min(8, G), cbuf[0]);
   for (int g0 = 0; g0 < G; g0 += 8) {
     const int n = std::min(8, G - g0);
-    if (g0 + 8 < G) group_dots<T, 32>(xq, K, wb, g0 + 8, std::min(8, G - g0 - 8), cbuf[(g0 / 8 + 1) & 1]);
+    pipe.start(xa, wb, g0 + 8, std::max(0, std::min(8, G - g0 - 8)), cbuf[(g0 / 8 + 1) & 1]);
     const int32_t* cb = cbuf[(g0 / 8) & 1];
     __m512 s[8], b[8];
     for (int j = 0; j < n; j++) {
@@ -225,6 +287,7 @@ inline void affine_amx(const QMat& W, int t, const uint8_t* wb, const Q8& X, int
       s[j] = _mm512_loadu_ps(a.s), b[j] = _mm512_loadu_ps(a.b);
     }
     for (int r = 0; r < 16; r++) {
+      if (r % 2 == 0) pipe.step();
       __m512 acc = _mm512_load_ps(out + r * NT);
       for (int j = 0; j < n; j++) {
         const size_t dg = (size_t)(m0 + r) * G + g0 + j;
@@ -234,6 +297,7 @@ inline void affine_amx(const QMat& W, int t, const uint8_t* wb, const Q8& X, int
       }
       _mm512_store_ps(out + r * NT, acc);
     }
+    pipe.drain();
   }
 }
 
@@ -241,8 +305,8 @@ inline void affine_amx(const QMat& W, int t, const uint8_t* wb, const Q8& X, int
 // blocks whose int8 activations stay in L2 (AMX CPUs have 2 MB a core: 1 MB of them) while
 // each tile is unpacked once per block.
 template <class T, int KB, class Xs, class Block>
-void amx_rows(const QMat& W, const Xs& X, int M16, int t0, int t1, float* y, int ldy, const float* residual,
-              const float* bias, Block block) {
+void amx_rows(const QMat& W, const Xs& X, const int8_t* pa, int M16, int t0, int t1, float* y, int ldy,
+              const float* residual, const float* bias, Block block) {
   struct alignas(64) Line {
     uint8_t b[64];
   };
@@ -258,7 +322,7 @@ void amx_rows(const QMat& W, const Xs& X, int M16, int t0, int t1, float* y, int
     for (int t = t0; t < t1; t++) {
       unpack_tile(W, t, wb, true);
       for (int m = mb; m < me; m += 16) {
-        block(W, t, wb, X, m, acc);
+        block(W, t, wb, X, pa + (size_t)m * W.K, m, acc);
         for (int r = 0; r < 16; r++) finish(acc + r * NT, m + r, t * NT, NT, y, ldy, residual, bias);
       }
     }
@@ -304,22 +368,32 @@ inline void amx_tiles(const QMat& W, const float* x, int M, float* y, int ldy, c
     else parallel_range(tiles, 4, 4, body);
   };
   const AmxKind kind = amx_kind(W);
+  // the A tiles of rows [0, M16), made once per product for every task
+  thread_local std::vector<int8_t> abuf;
+  if (abuf.size() < (size_t)M16 * W.K) abuf.resize((size_t)M16 * W.K);
+  int8_t* pa = abuf.data();
+  auto pack = [&](const int8_t* xq, int KB) {
+    if ((long)M16 * W.K < (1 << 16)) pack_a(xq, W.K, KB, 0, M16, pa);
+    else parallel_range(M16 / 16, 1, 1, [&](int a, int b) { pack_a(xq, W.K, KB, 16 * a, 16 * b, pa); });
+  };
   if (kind == AmxKind::k4 || kind == AmxKind::k6) {
     const Q8K X = quantize_q8k_scratch(x, M, W.K);
+    pack(X.q, kind == AmxKind::k4 ? 32 : 16);
     run([&](int a, int b) {
       if (kind == AmxKind::k4) {
-        amx_rows<T, 32>(W, X, M16, a, b, y, ldy, residual, bias, k4_amx<T>);
+        amx_rows<T, 32>(W, X, pa, M16, a, b, y, ldy, residual, bias, k4_amx<T>);
         if (M16 < M) k4_tiles(W, rows_from(X, M16), M - M16, a, b, y + rest, ldy, res_rest, bias);
       } else {
-        amx_rows<T, 16>(W, X, M16, a, b, y, ldy, residual, bias, k6_amx<T>);
+        amx_rows<T, 16>(W, X, pa, M16, a, b, y, ldy, residual, bias, k6_amx<T>);
         if (M16 < M) k6_tiles(W, rows_from(X, M16), M - M16, a, b, y + rest, ldy, res_rest, bias);
       }
     });
     return;
   }
   const Q8 X = quantize_q8_scratch(x, M, W.K, W.bits);
+  pack(X.q, 32);
   run([&](int a, int b) {
-    amx_rows<T, 32>(W, X, M16, a, b, y, ldy, residual, bias, affine_amx<T>);
+    amx_rows<T, 32>(W, X, pa, M16, a, b, y, ldy, residual, bias, affine_amx<T>);
     if (M16 < M) {
       if (W.bits == 4) q8_gemm_tiles<4>(W, rows_from(X, M16), M - M16, a, b, y + rest, ldy, res_rest, bias);
       else q8_gemm_tiles<8>(W, rows_from(X, M16), M - M16, a, b, y + rest, ldy, res_rest, bias);
@@ -354,17 +428,26 @@ inline void tile_dots(const QMat& W, const int8_t* xq, int M, bool simd_unpack, 
   std::vector<uint8_t> wb((size_t)G * kAmxGroupBytes + 64);
   uint8_t* w = (uint8_t*)(((uintptr_t)wb.data() + 63) / 64 * 64);
   std::vector<int32_t> cb((size_t)2 * 256);
+  std::vector<int8_t> pa((size_t)M * K);
+  pack_a(xa.data(), K, 32 / parts, 0, M, pa.data());
+  auto xsum = [&](int m, int g) {  // the group's activation sum (Q4_K's B tiles are q - 8)
+    int s = 0;
+    for (int k = 0; k < QG; k++) s += xq[(size_t)m * K + g * QG + k];
+    return s;
+  };
   RefTiles::begin(tile_config(32 / parts));
   for (int t = 0; t < tiles; t++) {
     unpack_tile(W, t, w, simd_unpack);
     for (int m0 = 0; m0 < M; m0 += 16)
       for (int g = 0; g < G; g++) {
-        if (parts == 1) group_dots<RefTiles, 32>(xa.data() + (size_t)m0 * K, K, w, g, 1, cb.data());
-        else group_dots<RefTiles, 16>(xa.data() + (size_t)m0 * K, K, w, g, 1, cb.data());
+        if (kind == AmxKind::k4) group_dots<RefTiles, 32, true>(pa.data() + (size_t)m0 * K, w, g, 1, cb.data());
+        else if (parts == 1) group_dots<RefTiles, 32>(pa.data() + (size_t)m0 * K, w, g, 1, cb.data());
+        else group_dots<RefTiles, 16>(pa.data() + (size_t)m0 * K, w, g, 1, cb.data());
         for (int p = 0; p < parts; p++)
           for (int r = 0; r < 16; r++)
             for (int c = 0; c < NT; c++)
-              out[((size_t)(m0 + r) * G * parts + g * parts + p) * W.N + t * NT + c] = cb[p * 256 + r * NT + c];
+              out[((size_t)(m0 + r) * G * parts + g * parts + p) * W.N + t * NT + c] =
+                  cb[p * 256 + r * NT + c] + (kind == AmxKind::k4 ? kK4Offset * xsum(m0 + r, g) : 0);
       }
   }
   RefTiles::end();

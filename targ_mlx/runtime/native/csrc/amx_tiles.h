@@ -114,15 +114,20 @@ struct RefTiles {
     std::memset(s.t[T].b, 0, sizeof(Reg));
     for (int r = 0; r < s.cfg.rows[T]; r++) std::memcpy(s.t[T].b[r], (const uint8_t*)p + r * stride, s.cfg.colsb[T]);
   }
-  template <int C, int A, int B>
-  static void dpbsud() {  // C[m][n] += sum_k s8(A[m][4k + i]) * u8(B[k][4n + i]), k < colsb(A) / 4
+  // C[m][n] += sum_k s8(A[m][4k + i]) * B[k][4n + i], k < colsb(A) / 4, B unsigned (TDPBSUD) or
+  // signed (TDPBSSD)
+  template <int C, int A, int B, bool SIGNED_B>
+  static void dp() {
     State& s = st();
     for (int m = 0; m < s.cfg.rows[C]; m++)
       for (int n = 0; n < s.cfg.colsb[C] / 4; n++) {
         int32_t acc;
         std::memcpy(&acc, &s.t[C].b[m][4 * n], 4);
         for (int k = 0; k < s.cfg.colsb[A] / 4; k++)
-          for (int i = 0; i < 4; i++) acc += (int32_t)(int8_t)s.t[A].b[m][4 * k + i] * (int32_t)s.t[B].b[k][4 * n + i];
+          for (int i = 0; i < 4; i++) {
+            const uint8_t b = s.t[B].b[k][4 * n + i];
+            acc += (int32_t)(int8_t)s.t[A].b[m][4 * k + i] * (SIGNED_B ? (int32_t)(int8_t)b : (int32_t)b);
+          }
         std::memcpy(&s.t[C].b[m][4 * n], &acc, 4);
       }
   }
@@ -148,7 +153,9 @@ struct RefTiles {
   else OP(7)
 
 struct HwTiles {
-  static void begin(const TileConfig& c) { _tile_loadconfig(&c); }
+  // (GCC 12's _tile_loadconfig names only 8 bytes of the configuration as its input, so the
+  // compiler may leave the rest unwritten: the asm names all 64)
+  static void begin(const TileConfig& c) { asm volatile("ldtilecfg %0" ::"m"(c)); }
   static void end() { _tile_release(); }
   template <int T>
   static void zero() {
@@ -162,11 +169,20 @@ struct HwTiles {
     TARG_TILE_EACH(T, TARG_OP);
 #undef TARG_OP
   }
-  template <int C, int A, int B>
-  static void dpbsud() {  // the pairs the kernels use
-    static_assert((C == 0 && A == 4 && B == 5) || (C == 1 && A == 6 && B == 7), "tile triple");
-    if constexpr (C == 0) _tile_dpbsud(0, 4, 5);
-    else _tile_dpbsud(1, 6, 7);
+  template <int C, int A, int B, bool SIGNED_B>
+  static void dp() {  // C in 0..3 with A, B = 4, 5 or 6, 7 (the kernels' triples)
+    static_assert(C >= 0 && C < 4 && ((A == 4 && B == 5) || (A == 6 && B == 7)), "tile triple");
+#define TARG_DP(c)                                                       \
+  if constexpr (SIGNED_B) {                                              \
+    if constexpr (A == 4) _tile_dpbssd(c, 4, 5);                         \
+    else _tile_dpbssd(c, 6, 7);                                          \
+  } else if constexpr (A == 4) _tile_dpbsud(c, 4, 5);                    \
+  else _tile_dpbsud(c, 6, 7)
+    if constexpr (C == 0) { TARG_DP(0); }
+    else if constexpr (C == 1) { TARG_DP(1); }
+    else if constexpr (C == 2) { TARG_DP(2); }
+    else { TARG_DP(3); }
+#undef TARG_DP
   }
   template <int T>
   static void store(void* p, size_t stride) {
