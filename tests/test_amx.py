@@ -1,11 +1,12 @@
 """AMX int8 tiles at prefill (csrc/amx.h, amx_tiles.h) against the VNNI kernels.
 
 The tile layout is checked on every machine through the plain C++ tile engine (what TDPBSUD and
-the tile loads do, in loops): each group's integer dot products must be numpy's. Where the build
-has the VNNI kernels the tile kernels run on that engine too, and where the CPU grants AMX on the
-hardware: either way every output, a model's logits and its KV cache must be the VNNI kernels'
-bit for bit (the integer sums are exact and the scales are applied by the same float operations
-in the same order).
+the tile loads do, in loops): the B tiles unpacked from each stored layout must give each group's
+integer dot products as numpy does. Where the build has the VNNI kernels the tile kernels (with
+the K-quants' scales inside their B tiles) run on that engine too, and where the CPU grants AMX
+on the hardware: either way every output, a model's logits and its KV cache must be the VNNI
+kernels' bit for bit (the integer sums are exact and the float operations are the same, in the
+same order).
 """
 
 import sys

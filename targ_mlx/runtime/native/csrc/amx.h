@@ -1,19 +1,22 @@
-// Prefill on Intel AMX int8 tiles: the matrix products of 16 rows or more (prompts, the eval's
-// prefill, the batched draft) for Q4_K tiles in the k4 layout (k4tiles.h), Q6_K tiles
+// Prefill on Intel AMX int8 tiles: the matrix products of 32 rows or more (48 for Q6_K; prompts,
+// the eval's prefill, the batched draft) for Q4_K tiles in the k4 layout (k4tiles.h), Q6_K tiles
 // (k6tiles.h) and 4- or 8-bit affine tiles (qgemm.h). Fewer rows stay on the VNNI kernels.
 //
 // The weights stay as they are stored; each 16-column tile is unpacked once per block of rows
-// into its B tiles (a group's 8 vpdpbusd operands, 512 bytes, amx_tiles.h), which the row blocks
-// then reuse from L1/L2. The activations are quantized exactly as for the VNNI kernels (Q8_K per
-// 256 for the K-quants, per 32 for affine tiles) and loaded as A tiles straight from that buffer
-// (16 rows, stride K). One TDPBSUD per group of 32 k (Q6_K: per sub-block of 16) gives 16 rows x
-// 16 columns of that group's integer dot products: the integers the VNNI kernels sum lane by
-// lane. The scales are then applied outside the tile product, per group and super-block, by the
-// same vector operations in the same order as the VNNI kernel of the format, so every output is
-// bit for bit the VNNI kernel's (tests/test_amx.py).
+// into B tiles (built from the VNNI kernels' own vpdpbusd operands, amx_tiles.h), which the row
+// blocks then reuse from L1/L2. The activations are quantized exactly as for the VNNI kernels
+// (Q8_K per 256 for the K-quants, per 32 for affine tiles) and packed as A tiles (pack_a).
 //
-// Rows are taken 16 at a time; the last M % 16 rows go to the VNNI kernel (a row's result does
-// not depend on the rows beside it, so the split changes no bit).
+//  - affine tiles: one TDPBSUD per group of 32 gives 16 rows x 16 columns of the group's integer
+//    dot products; the float scales are applied per group by the VNNI kernel's operations.
+//  - Q4_K and Q6_K: the integer scales go into the B tiles (split into small digits so the
+//    products stay bytes), so a super-block of 256 sums in a few C tiles and one store; the
+//    digits recombine into exactly the integer the VNNI kernel makes per super-block, and its
+//    float fold per 256 follows.
+//
+// So every output is bit for bit the VNNI kernel's (tests/test_amx.py). Rows are taken 16 at a
+// time; the last M % 16 rows go to the VNNI kernel (a row's result does not depend on the rows
+// beside it, so the split changes no bit).
 #pragma once
 
 #include <algorithm>
@@ -275,45 +278,111 @@ void k4s_rows(const QMat& W, const Q8K& X, const int8_t* pa, int M16, int t0, in
   T::end();
 }
 
-// Q6_K (k6_vnni): per sub-block of 16 its int8 scale, the -32 offset through the activation sums.
-template <class T>
-inline void k6_amx(const QMat& W, int t, const uint8_t* wb, const Q8K& X, const int8_t* xa, int m0, float* out) {
-  const int K = W.K, G = K / QG, S = K / QK;
+// Q6_K with its scales inside the B tiles, as for Q4_K: each sub-block's int8 scale in balanced
+// base 7, sc = e0 + 7 e1 + 49 e2 (e in -3..3), times the values less 32 (-32..31) makes three
+// B tiles of signed bytes (|.| <= 96, TDPBSSD), so a super-block's 16 sub-blocks sum in three C
+// tiles (K = 64 a product) and C0 + 7 C1 + 49 C2 = sum_j sc_j * sum_k x (q - 32), the VNNI
+// kernel's integer (k6_vnni: a32 - 32 * off) exactly; its float fold per 256 follows.
+inline void unpack_k6_scaled(const QMat& W, int t, uint8_t* wb /* 3 x K/32 x 512 */) {
+  const int G = W.K / QG;
+  const size_t plane = (size_t)G * kAmxGroupBytes;
   const int8_t* sct = (const int8_t*)W.scales + (size_t)t * G * 2 * NT;
-  const uint16_t* dt = (const uint16_t*)W.biases + (size_t)t * S * NT;
-  alignas(64) int32_t cbuf[2][16 * 256];
-  for (int r = 0; r < 16; r++) _mm512_store_ps(out + r * NT, _mm512_setzero_ps());
-  DotPipe<T, 16> pipe;
-  group_dots<T, 16>(xa, wb, 0, 8, cbuf[0]);
-  for (int s = 0; s < S; s++) {
-    pipe.start(xa, wb, 8 * (s + 1), s + 1 < S ? 8 : 0, cbuf[(s + 1) & 1]);
-    const int32_t* cb = cbuf[s & 1];
-    __m512i sc[16];  // sub-block 2j + h of the super-block
-    for (int j = 0; j < 16; j++) sc[j] = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(sct + (size_t)(16 * s + j) * NT)));
-    __m512i m16[8];
-    for (int p = 0; p < 8; p++) {
-      const int8_t* sg = sct + (size_t)(8 * s + p) * 2 * NT;
-      const __m128i a = _mm_loadu_si128((const __m128i*)sg), b = _mm_loadu_si128((const __m128i*)(sg + NT));
-      m16[p] = _mm512_cvtepi8_epi16(_mm256_set_m128i(_mm_unpackhi_epi8(a, b), _mm_unpacklo_epi8(a, b)));
+  alignas(64) int8_t idx[64];
+  for (int b = 0; b < 64; b++) idx[b] = (int8_t)(b / 4);
+  const __m512i cidx = _mm512_load_si512(idx), low = _mm512_set1_epi16(0x00ff), k32 = _mm512_set1_epi8(32);
+  auto mul = [&](__m512i q, __m512i e) {  // signed bytes q * e (|.| <= 96)
+    const __m512i lo = _mm512_mullo_epi16(q, _mm512_srai_epi16(_mm512_slli_epi16(e, 8), 8));
+    const __m512i hi = _mm512_mullo_epi16(_mm512_srai_epi16(q, 8), _mm512_srai_epi16(e, 8));
+    return _mm512_or_si512(_mm512_and_si512(lo, low), _mm512_slli_epi16(hi, 8));
+  };
+  for (int g = 0; g < G; g++) {
+    alignas(16) int8_t dig[3][2 * NT];  // digit i of sub-block h's scale, column c: [i][16 h + c]
+    for (int j = 0; j < 2 * NT; j++) {
+      int r = sct[(size_t)g * 2 * NT + j];
+      for (int i = 0; i < 3; i++) {
+        const int e = ((r % 7) + 7 + 3) % 7 - 3;
+        dig[i][j] = (int8_t)e;
+        r = (r - e) / 7;
+      }
     }
+    __m512i w[8];
+    k6_operands(W.q + (size_t)t * W.tile_bytes() + (size_t)g * W.group_bytes(), w);
+    for (int o = 0; o < 8; o++) w[o] = _mm512_sub_epi8(w[o], k32);
+    for (int i = 0; i < 3; i++)
+      for (int h = 0; h < 2; h++) {
+        const __m512i e = _mm512_permutexvar_epi8(cidx, _mm512_castsi128_si512(_mm_load_si128((const __m128i*)(dig[i] + 16 * h))));
+        for (int o = 4 * h; o < 4 * h + 4; o++) _mm512_store_si512(wb + i * plane + (size_t)g * kAmxGroupBytes + 64 * o, mul(w[o], e));
+      }
+  }
+}
+
+template <class T>
+inline void k6s_amx(const QMat& W, int t, const uint8_t* wb, const Q8K& X, const int8_t* xa, int m0, float* out) {
+  const int K = W.K, G = K / QG, S = K / QK;
+  const size_t plane = (size_t)G * kAmxGroupBytes;
+  const uint16_t* dt = (const uint16_t*)W.biases + (size_t)t * S * NT;
+  alignas(64) int32_t c[3][256];
+  for (int r = 0; r < 16; r++) _mm512_store_ps(out + r * NT, _mm512_setzero_ps());
+  const __m512i k7 = _mm512_set1_epi32(7), k49 = _mm512_set1_epi32(49);
+  for (int s = 0; s < S; s++) {
+    T::template zero<0>();
+    T::template zero<1>();
+    T::template zero<2>();
+    for (int p = 0; p < 4; p += 2) {  // 64 k a product: A tiles 4 and 6 by turns; B tiles 5, 7, 3
+      const size_t c0 = (size_t)(4 * s + p) * 1024, c1 = c0 + 1024;
+      T::template load<4>(xa + c0, 64);
+      T::template load<5>(wb + c0, 64);
+      T::template load<7>(wb + plane + c0, 64);
+      T::template load<3>(wb + 2 * plane + c0, 64);
+      T::template dp<0, 4, 5, true>();
+      T::template dp<1, 4, 7, true>();
+      T::template dp<2, 4, 3, true>();
+      T::template load<6>(xa + c1, 64);
+      T::template load<5>(wb + c1, 64);
+      T::template load<7>(wb + plane + c1, 64);
+      T::template load<3>(wb + 2 * plane + c1, 64);
+      T::template dp<0, 6, 5, true>();
+      T::template dp<1, 6, 7, true>();
+      T::template dp<2, 6, 3, true>();
+    }
+    T::template store<0>(c[0], 64);
+    T::template store<1>(c[1], 64);
+    T::template store<2>(c[2], 64);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(dt + (size_t)s * NT)));
     for (int r = 0; r < 16; r++) {
-      pipe.step();
-      __m512i a32 = _mm512_setzero_si512();
-      for (int j = 0; j < 16; j++) a32 = _mm512_add_epi32(a32, _mm512_mullo_epi32(_mm512_load_si512(cb + j * 256 + r * NT), sc[j]));
-      const int16_t* xs = X.bsum + (size_t)(m0 + r) * (K / 16) + (size_t)s * 16;
-      __m512i off = _mm512_setzero_si512();
-      for (int p = 0; p < 8; p++) {
-        int32_t pair;
-        std::memcpy(&pair, xs + 2 * p, 4);
-        off = _mm512_add_epi32(off, _mm512_madd_epi16(m16[p], _mm512_set1_epi32(pair)));
-      }
-      const __m512i isum = _mm512_sub_epi32(a32, _mm512_slli_epi32(off, 5));
+      const __m512i isum = _mm512_add_epi32(
+          _mm512_load_si512(c[0] + r * NT),
+          _mm512_add_epi32(_mm512_mullo_epi32(_mm512_load_si512(c[1] + r * NT), k7), _mm512_mullo_epi32(_mm512_load_si512(c[2] + r * NT), k49)));
       _mm512_store_ps(out + r * NT, _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(isum)),
                                                     _mm512_set1_ps(X.d[(size_t)(m0 + r) * S + s]), _mm512_load_ps(out + r * NT)));
     }
-    pipe.drain();
   }
+}
+
+template <class T>
+void k6s_rows(const QMat& W, const Q8K& X, const int8_t* pa, int M16, int t0, int t1, float* y, int ldy,
+              const float* residual, const float* bias) {
+  struct alignas(64) Line {
+    uint8_t b[64];
+  };
+  thread_local std::vector<Line> wbuf;
+  const size_t groups = (size_t)W.K / QG;
+  if (wbuf.size() < groups * 24) wbuf.resize(groups * 24);
+  uint8_t* wb = wbuf.data()->b;
+  alignas(64) float acc[16 * NT];
+  T::begin(tile_config(64));
+  const int MB = std::max(16, (1 << 20) / W.K / 16 * 16);
+  for (int mb = 0; mb < M16; mb += MB) {
+    const int me = std::min(M16, mb + MB);
+    for (int t = t0; t < t1; t++) {
+      unpack_k6_scaled(W, t, wb);
+      for (int m = mb; m < me; m += 16) {
+        k6s_amx<T>(W, t, wb, X, pa + (size_t)m * W.K, m, acc);
+        for (int r = 0; r < 16; r++) finish(acc + r * NT, m + r, t * NT, NT, y, ldy, residual, bias);
+      }
+    }
+  }
+  T::end();
 }
 
 // Affine tiles (q8_tiles): per group y += d * (scale * dot) + ds * bias, group after group.
@@ -426,13 +495,13 @@ inline void amx_tiles(const QMat& W, const float* x, int M, float* y, int ldy, c
   };
   if (kind == AmxKind::k4 || kind == AmxKind::k6) {
     const Q8K X = quantize_q8k_scratch(x, M, W.K);
-    pack(X.q, kind == AmxKind::k4 ? 64 : 16);
+    pack(X.q, 64);
     run([&](int a, int b) {
       if (kind == AmxKind::k4) {
         k4s_rows<T>(W, X, pa, M16, a, b, y, ldy, residual, bias);
         if (M16 < M) k4_tiles(W, rows_from(X, M16), M - M16, a, b, y + rest, ldy, res_rest, bias);
       } else {
-        amx_rows<T, 16>(W, X, pa, M16, a, b, y, ldy, residual, bias, k6_amx<T>);
+        k6s_rows<T>(W, X, pa, M16, a, b, y, ldy, residual, bias);
         if (M16 < M) k6_tiles(W, rows_from(X, M16), M - M16, a, b, y + rest, ldy, res_rest, bias);
       }
     });

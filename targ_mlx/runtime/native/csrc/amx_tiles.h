@@ -170,20 +170,22 @@ struct HwTiles {
 #undef TARG_OP
   }
   template <int C, int A, int B, bool SIGNED_B>
-  static void dp() {  // C in 0..3, A in {4, 6}, B in {5, 7}
-    static_assert(C >= 0 && C < 4 && (A == 4 || A == 6) && (B == 5 || B == 7), "tile triple");
+  static void dp() {  // C in 0..3, A in {4, 6}, B in {5, 7}, or B = 3 with C < 3
+    static_assert(C >= 0 && C < 4 && (A == 4 || A == 6) && (B == 5 || B == 7 || (B == 3 && C < 3)), "tile triple");
 #define TARG_DP2(c, a, b)                        \
   if constexpr (SIGNED_B) _tile_dpbssd(c, a, b); \
   else _tile_dpbsud(c, a, b)
 #define TARG_DP(c)                                       \
   if constexpr (A == 4 && B == 5) { TARG_DP2(c, 4, 5); } \
-  else if constexpr (A == 4) { TARG_DP2(c, 4, 7); }      \
-  else if constexpr (B == 5) { TARG_DP2(c, 6, 5); }      \
-  else { TARG_DP2(c, 6, 7); }
+  else if constexpr (A == 4 && B == 7) { TARG_DP2(c, 4, 7); } \
+  else if constexpr (A == 6 && B == 5) { TARG_DP2(c, 6, 5); } \
+  else if constexpr (A == 6 && B == 7) { TARG_DP2(c, 6, 7); } \
+  else if constexpr (A == 4) { TARG_DP2(c, 4, 3); }      \
+  else { TARG_DP2(c, 6, 3); }
     if constexpr (C == 0) { TARG_DP(0) }
     else if constexpr (C == 1) { TARG_DP(1) }
     else if constexpr (C == 2) { TARG_DP(2) }
-    else { TARG_DP(3) }
+    else if constexpr (B != 3) { TARG_DP(3) }
 #undef TARG_DP
 #undef TARG_DP2
   }
