@@ -70,6 +70,8 @@ inline std::atomic<int>& amx_mode() {
   return m;
 }
 
+constexpr int kAmxGroupBytes = 512;  // a group of 32 k's B tile: 8 rows x 64 bytes
+
 // ---- tile shapes ------------------------------------------------------------------------------
 // tmm0..3: C, 16 rows x 16 int32. tmm4/tmm6: A, 16 rows x KB bytes; tmm5/tmm7: B, KB/4 rows x
 // 64 bytes. KB = 32 (a group of 32 k) or 16 (a Q6_K sub-block).
