@@ -49,6 +49,7 @@ def _run(args: argparse.Namespace) -> int:
     if native.module() is not None:  # which K-quant forms and kernels this process's flags pick
         print(f"K-quant forms: Q4_K tiles in the {native.q4k_layout()} layout; Q6_K in {native.q6k_layout()}"
               f" ({native.q6k_kernel()} row kernel)")
+        print(f"AMX tiles: {native.module().amx_status()}")
     return 0
 
 

@@ -34,10 +34,23 @@ namespace targ {
 constexpr int kK6GroupBytes = 384;  // QG x NT x 6 bits
 
 #if TARG_VNNI
+// A group's 384 bytes -> 8 vpdpbusd operands, w[o] = the 6-bit values of k 4o .. 4o + 3 of the
+// tile's 16 columns (also the AMX kernel's B tile, amx.h).
+inline void k6_operands(const uint8_t* grp, __m512i* w) {
+  const __m512i m30 = _mm512_set1_epi8(0x30);
+  k4_operands(grp, w);
+  for (int h = 0; h < 2; h++) {
+    const __m512i hb = _mm512_loadu_si512(grp + 256 + 64 * h);
+    w[4 * h] = _mm512_or_si512(w[4 * h], _mm512_and_si512(_mm512_slli_epi16(hb, 4), m30));
+    w[4 * h + 1] = _mm512_or_si512(w[4 * h + 1], _mm512_and_si512(_mm512_slli_epi16(hb, 2), m30));
+    w[4 * h + 2] = _mm512_or_si512(w[4 * h + 2], _mm512_and_si512(hb, m30));
+    w[4 * h + 3] = _mm512_or_si512(w[4 * h + 3], _mm512_and_si512(_mm512_srli_epi16(hb, 2), m30));
+  }
+}
+
 template <int R, bool PREFETCH>
 inline void k6_vnni(const QMat& W, int t, const Q8K& X, int m0, float* out) {
   const int K = W.K, G = K / QG, S = K / QK;
-  const __m512i m30 = _mm512_set1_epi8(0x30);
   const uint8_t* tile = W.q + (size_t)t * W.tile_bytes();
   const int8_t* sct = (const int8_t*)W.scales + (size_t)t * G * 2 * NT;
   const uint16_t* dt = (const uint16_t*)W.biases + (size_t)t * S * NT;
@@ -55,14 +68,7 @@ inline void k6_vnni(const QMat& W, int t, const Q8K& X, int m0, float* out) {
         for (int c = 0; c < kK6GroupBytes; c += 64) _mm_prefetch(ahead + c, _MM_HINT_T0);
       }
       __m512i w[8];  // operand o: k = 4o .. 4o + 3 of the group, 16 columns
-      k4_operands(grp, w);
-      for (int h = 0; h < 2; h++) {
-        const __m512i hb = _mm512_loadu_si512(grp + 256 + 64 * h);
-        w[4 * h] = _mm512_or_si512(w[4 * h], _mm512_and_si512(_mm512_slli_epi16(hb, 4), m30));
-        w[4 * h + 1] = _mm512_or_si512(w[4 * h + 1], _mm512_and_si512(_mm512_slli_epi16(hb, 2), m30));
-        w[4 * h + 2] = _mm512_or_si512(w[4 * h + 2], _mm512_and_si512(hb, m30));
-        w[4 * h + 3] = _mm512_or_si512(w[4 * h + 3], _mm512_and_si512(_mm512_srli_epi16(hb, 2), m30));
-      }
+      k6_operands(grp, w);
       const __m512i sa = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(sct + (size_t)g * 2 * NT)));
       const __m512i sb = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(sct + (size_t)g * 2 * NT + NT)));
       for (int r = 0; r < R; r++) {
@@ -108,14 +114,18 @@ inline void k6_vnni(const QMat& W, int t, const Q8K& X, int m0, float* out) {
 // where 4 ran 1.6x / 1.8x (bench_k6tiles -DTARG_K6_ROWS=4, Zen 4, the same half hour)
 constexpr int kK6Rows = TARG_K6_ROWS;
 
+// Tiles [t0, t1) of Q6_K tiles for all M rows.
+inline void k6_tiles(const QMat& W, const Q8K& X, int M, int t0, int t1, float* y, int ldy, const float* residual,
+                     const float* bias) {
+  tile_blocks<kK6Rows>(W, X, M, t0, t1, y, ldy, residual, bias, [](auto prefetch, const QMat& W, int t, const Q8K& X,
+                                                                  int m, int rows, float* acc) {
+    with_rows<kK6Rows>(rows, [&](auto r) { k6_vnni<decltype(r)::value, decltype(prefetch)::value>(W, t, X, m, acc); });
+  });
+}
+
 // y (M x N, row stride ldy) = x (M x K) W^T [+ bias] [+ residual] for Q6_K tiles.
 inline void k6gemm(const QMat& W, const float* x, int M, float* y, int ldy, const float* residual, const float* bias) {
-  q8k_tile_gemm(W, x, M, [&](const Q8K& X, int a, int b) {
-    tile_blocks<kK6Rows>(W, X, M, a, b, y, ldy, residual, bias, [](auto prefetch, const QMat& W, int t, const Q8K& X,
-                                                                    int m, int rows, float* acc) {
-      with_rows<kK6Rows>(rows, [&](auto r) { k6_vnni<decltype(r)::value, decltype(prefetch)::value>(W, t, X, m, acc); });
-    });
-  });
+  q8k_tile_gemm(W, x, M, [&](const Q8K& X, int a, int b) { k6_tiles(W, X, M, a, b, y, ldy, residual, bias); });
 }
 constexpr bool kQ6KTiles = true;
 #else

@@ -21,6 +21,7 @@
 #include "mlx/mlx.h"
 #include "mlx/primitives.h"
 
+#include "amx.h"
 #include "bert.h"
 #include "k4tiles.h"
 #include "k6tiles.h"
@@ -155,7 +156,8 @@ void linear_rows(int form, const array* w, const float* x, int M, float* out, co
     return;
   }
   targ::QMat W = qmat(w[0], w[1], w[2], form);
-  if (W.bits == 6) targ::k6gemm(W, x, M, out, W.N, res, bias);
+  if (targ::amx_takes(W, M)) targ::amx_gemm(W, x, M, out, W.N, res, bias);
+  else if (W.bits == 6) targ::k6gemm(W, x, M, out, W.N, res, bias);
   else if (W.k4) targ::k4gemm(W, x, M, out, W.N, res, bias);
   else targ::qgemm(W, x, M, out, W.N, res, bias);
 }
@@ -954,6 +956,31 @@ array op_bidir_attention(const array& qkv_, const array& lengths, int heads, flo
                std::make_shared<BidirAttention>(cpu_stream(), heads, scale), {qkv, len});
 }
 
+// ---------------------------------------------------------------------------------------------
+// AMX tiles (amx.h): the engine switch and the layout check.
+std::string set_amx(const std::string& mode) {
+  static const char* names[] = {"vnni", "amx", "ref"};
+  int want = mode == "vnni" ? targ::kAmxOff : mode == "amx" ? targ::kAmxHw : mode == "ref" ? targ::kAmxRef : -1;
+  if (want < 0) throw std::invalid_argument("set_amx: mode " + mode + " is none of amx, vnni, ref");
+  if (want == targ::kAmxHw && !targ::amx_grant().ok) throw std::invalid_argument("set_amx: AMX " + targ::amx_grant().why);
+  if (want == targ::kAmxRef && simd_level() != "avx512-vnni")
+    throw std::invalid_argument("set_amx: the tile kernels need an AVX512-VNNI build, this one is " + simd_level());
+  return names[targ::amx_mode().exchange(want)];
+}
+
+array tile_dots(const array& xq_, const array& q, const array& scales, const array& biases, int bits, bool simd_unpack) {
+  check_packed(q, scales, biases, bits, "tile_dots");
+  array xq = mx::contiguous(xq_, false, cpu_stream());
+  mx::eval({xq, q, scales, biases});
+  targ::QMat W = qmat(q, scales, biases, bits);
+  if (xq.dtype() != mx::int8 || xq.ndim() != 2 || xq.shape(1) != W.K || xq.shape(0) % 16)
+    throw std::invalid_argument("tile_dots: xq must be int8 (M, K) with M a multiple of 16");
+  const int M = xq.shape(0), parts = bits == 6 ? 2 : 1;
+  std::vector<int32_t> out((size_t)M * (W.K / targ::QG) * parts * W.N);
+  targ::tile_dots(W, xq.data<int8_t>(), M, simd_unpack, out.data());
+  return array(out.begin(), {M, W.K / targ::QG * parts, W.N}, mx::int32);
+}
+
 }  // namespace
 
 NB_MODULE(_targ_native, m) {
@@ -1003,4 +1030,13 @@ NB_MODULE(_targ_native, m) {
   m.def("q6k_layout", [] { return std::string(targ::q6k_tiles_on() ? "tiles" : "rows"); },
         "the form of Q6_K matrices in this process (gguf_blocks.kernel_weights)");
   m.def("threads", [] { return targ::pool().size(); });
+  m.def("amx_status", [] { return targ::amx_grant().why; },
+        "whether AMX tiles multiply at prefill in this process, and why not where they do not");
+  m.def("set_amx", &set_amx, nb::arg("mode"),
+        "the prefill kernels' engine: 'amx' (AMX tiles, where granted), 'vnni', or 'ref' (the plain C++ tile "
+        "engine, for tests); returns the previous one");
+  m.def("tile_dots", &tile_dots, nb::arg("xq"), nb::arg("q"), nb::arg("scales"), nb::arg("biases"), nb::arg("bits"),
+        nb::arg("simd_unpack") = true,
+        "per-group int32 dot products of int8 rows xq (M x K, M a multiple of 16) with packed W through the AMX tile "
+        "layout and the plain C++ tile engine: (M, K/32 * parts, N), parts 2 for Q6_K tiles (sub-blocks of 16)");
 }

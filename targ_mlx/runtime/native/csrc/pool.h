@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include "amx_tiles.h"
+
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
 #define TARG_PAUSE() _mm_pause()
@@ -113,6 +115,7 @@ class Pool {
 // The process-wide pool: TARG_MLX_THREADS threads, else one per hardware thread.
 inline Pool& pool() {
   static Pool p([] {
+    amx_grant();  // the process's AMX permission, asked before the threads exist
     const char* env = std::getenv("TARG_MLX_THREADS");
     int n = env ? std::atoi(env) : 0;
     if (n <= 0) n = (int)std::thread::hardware_concurrency();

@@ -472,10 +472,26 @@ inline __m512i vnni_order() {
   return _mm512_load_si512(idx);
 }
 
+// A group's bytes -> 8 vpdpbusd operands: w[i] pairs with activation bytes 4i .. 4i + 3 of the
+// group as quantize_rows stores them (also the AMX kernel's B tile, amx.h).
+template <int BITS>
+inline void q8_operands(const uint8_t* grp, __m512i perm, __m512i* w) {
+  if constexpr (BITS == 4) {
+    const __m512i low = _mm512_set1_epi8(0x0f);
+    for (int i = 0; i < 4; i++) {
+      __m512i v = _mm512_permutexvar_epi8(perm, _mm512_loadu_si512(grp + 64 * i));
+      w[2 * i] = _mm512_and_si512(v, low);
+      w[2 * i + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+    }
+  } else {
+    for (int i = 0; i < 8; i++) w[i] = _mm512_permutexvar_epi8(perm, _mm512_loadu_si512(grp + 64 * i));
+  }
+}
+
 template <int BITS, int MT, int TT>
 inline void q8_tiles(const QMat& W, int t0, const Q8& X, int m0, float* acc_out /* MT x TT*NT */) {
   const int K = W.K, G = K / QG;
-  const __m512i perm = vnni_order(), low = _mm512_set1_epi8(0x0f);
+  const __m512i perm = vnni_order();
   __m512 acc[MT][TT];
   for (int m = 0; m < MT; m++)
     for (int j = 0; j < TT; j++) acc[m][j] = _mm512_setzero_ps();
@@ -488,15 +504,7 @@ inline void q8_tiles(const QMat& W, int t0, const Q8& X, int m0, float* acc_out 
       const Affine16 a = group_affine(W, t0 + j, g, sf, bf);
       const __m512 s = _mm512_loadu_ps(a.s), b = _mm512_loadu_ps(a.b);
       __m512i w[8];
-      if constexpr (BITS == 4) {
-        for (int i = 0; i < 4; i++) {
-          __m512i v = _mm512_permutexvar_epi8(perm, _mm512_loadu_si512(grp + 64 * i));
-          w[2 * i] = _mm512_and_si512(v, low);
-          w[2 * i + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
-        }
-      } else {
-        for (int i = 0; i < 8; i++) w[i] = _mm512_permutexvar_epi8(perm, _mm512_loadu_si512(grp + 64 * i));
-      }
+      q8_operands<BITS>(grp, perm, w);
       for (int m = 0; m < MT; m++) {
         const int32_t* xq = (const int32_t*)(X.q + (size_t)(m0 + m) * K + g * QG);
         // one chain per row (the MT rows are the sums in flight): integer sums are exact, so
@@ -706,21 +714,29 @@ inline void qgemm_tiles(const QMat& W, const float* x, int M, int t0, int t1, fl
   }
 }
 
-// y (M x N, row stride ldy) = x (M x K) W^T [+ bias] [+ residual (same layout as y)]
-inline void qgemm(const QMat& W, const float* x, int M, float* y, int ldy, const float* residual, const float* bias) {
-  const int tiles = W.N / NT;
-  long work = (long)M * W.N * W.K;
 #if TARG_Q8
+// x (M x K) quantized per group of 32 for `bits`-bit tiles, into this thread's scratch buffer.
+inline Q8 quantize_q8_scratch(const float* x, int M, int K, int bits) {
   Q8 X;
-  X.K = W.K, X.G = W.K / QG;
-  const size_t qbytes = (size_t)M * W.K * kQ8RowBytes, gs = (size_t)M * X.G;
+  X.K = K, X.G = K / QG;
+  const size_t qbytes = (size_t)M * K * kQ8RowBytes, gs = (size_t)M * X.G;
   char* buf = (char*)q8_scratch(qbytes + 2 * gs * sizeof(float));
   X.q = (const int8_t*)buf;
   X.d = (float*)(buf + qbytes);
   X.ds = X.d + gs;
   X.stream = M <= kQ8Rows;
-  if ((long)M * W.K < (1 << 16)) quantize_rows(x, 0, M, W.K, W.bits, X);
-  else parallel_range(M, 1, 16, [&](int a, int b) { quantize_rows(x, a, b, W.K, W.bits, X); });
+  if ((long)M * K < (1 << 16)) quantize_rows(x, 0, M, K, bits, X);
+  else parallel_range(M, 1, 16, [&](int a, int b) { quantize_rows(x, a, b, K, bits, X); });
+  return X;
+}
+#endif
+
+// y (M x N, row stride ldy) = x (M x K) W^T [+ bias] [+ residual (same layout as y)]
+inline void qgemm(const QMat& W, const float* x, int M, float* y, int ldy, const float* residual, const float* bias) {
+  const int tiles = W.N / NT;
+  long work = (long)M * W.N * W.K;
+#if TARG_Q8
+  const Q8 X = quantize_q8_scratch(x, M, W.K, W.bits);
   auto body = [&](int a, int b) {
     if (W.bits == 4) q8_gemm_tiles<4>(W, X, M, a, b, y, ldy, residual, bias);
     else q8_gemm_tiles<8>(W, X, M, a, b, y, ldy, residual, bias);
