@@ -25,13 +25,14 @@ from textual.widgets import Footer, Label, ProgressBar, Static, TextArea
 from targ_mlx.session import DecisionView, Done, Session, Text
 from tui import commands
 from tui.messages import AnswerDone, AnswerEvent, AnswerText, Loaded, LoadProgress
+from tui.index_get import IndexGet
 from tui.slash import SlashCommands
 from tui.widgets import ChatLog, DecisionPanel, MessageView, PromptArea, SourcesPanel, StatusBar
 
 # loader(progress) -> Session (`targ_mlx.session.open_session`); progress(stage, done, total)
 Loader = Callable[[Callable[..., None]], Session]
 
-class ChatApp(SlashCommands, App):
+class ChatApp(SlashCommands, IndexGet, App):
     CSS_PATH = "app.tcss"
     TITLE = "targ-chat"
     BINDINGS = [
@@ -299,6 +300,8 @@ class ChatApp(SlashCommands, App):
         self.retrieved += int(ans.retrieved)
         self._show(info)
         self._status()
+        if ans.no_source:
+            self.offer_bigger_index()
         self.query_one(ChatLog).scroll_end(animate=False)
 
     def action_cancel(self) -> None:

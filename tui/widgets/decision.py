@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from targ_mlx.defaults import BIGGER_INDEX_HINT
+from targ_mlx.defaults import BIGGER_INDEX_CHAT_HINT
 from targ_mlx.session import DecisionView
 
 DecisionInfo = DecisionView  # the panel's name for what it shows
@@ -71,7 +71,7 @@ class DecisionPanel(Static):
             t.add_row("why", Text(d.reason))
         if d.no_source:
             t.add_row("", Text("no good source found: answered from memory, unsure", style="bold yellow"))
-            t.add_row("", Text(BIGGER_INDEX_HINT, style="dim"))
+            t.add_row("", Text(BIGGER_INDEX_CHAT_HINT, style="dim"))
         if d.found and not d.retrieved:
             t.add_row("found", Text("; ".join(f"{p.title} {p.score:.2f}" for p in d.found[:3]), style="dim"))
         if d.searched:
