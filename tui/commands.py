@@ -155,7 +155,8 @@ def duration(seconds: float) -> str:
 
 def build_progress(title: str, done: int, total: int, first: int, elapsed: float) -> str:
     """The chat's line for a running `/index get`: chunks, percent and ETA where the total is known
-    (a local file is counted first; an online stream is not), rate, and where a resumed build began."""
+    (a plain local file is counted first; an online stream or a compressed file is not), rate, and
+    where a resumed build began."""
     rate = (done - first) / elapsed if elapsed > 0 else 0.0
     head = f"building {title} (BM25 only, in the background): "
     if total:
@@ -163,7 +164,7 @@ def build_progress(title: str, done: int, total: int, first: int, elapsed: float
         if rate > 0 and done < total:
             line += f", ETA {duration((total - done) / rate)}"
     else:
-        line = f"{done:,} chunks so far (an online stream's size is not known until it ends)"
+        line = f"{done:,} chunks so far (no total in advance for a stream or a compressed file)"
     if rate > 0:
         line += f", {rate:,.0f} chunks/s"
     if first:

@@ -62,8 +62,8 @@ def test_help_lists_index_get():
     (5_000, 20_000, 0, 10.0, "5,000/20,000 chunks (25%), ETA 30 s, 500 chunks/s"),
     (20_000, 20_000, 0, 10.0, "20,000/20,000 chunks (100%), 2,000 chunks/s"),
     (6_000, 20_000, 1_000, 10.0, "6,000/20,000 chunks (30%), ETA 28 s, 500 chunks/s; resumed at chunk 1,000"),
-    (5_000, 0, 0, 10.0, "5,000 chunks so far (an online stream's size is not known until it ends), 500 chunks/s"),
-    (0, 0, 0, 0.0, "0 chunks so far (an online stream's size is not known until it ends)"),
+    (5_000, 0, 0, 10.0, "5,000 chunks so far (no total in advance for a stream or a compressed file), 500 chunks/s"),
+    (0, 0, 0, 0.0, "0 chunks so far (no total in advance for a stream or a compressed file)"),
 ])
 def test_build_progress_says_percent_eta_and_where_a_resumed_build_began(done, total, first, elapsed, expected):
     assert commands.build_progress("simplewiki", done, total, first, elapsed) == (
