@@ -19,7 +19,7 @@ from targ_mlx.defaults import BIGGER_INDEX_OFFER
 from targ_mlx.index import named
 from tui import commands
 from tui.messages import GetDone, GetProgress
-from tui.widgets import ChatLog, MessageView
+from tui.widgets import ChatLog, DecisionPanel, MessageView
 
 
 @dataclass
@@ -94,13 +94,20 @@ class IndexGet:
                               f"{self.index_label} together ({opened.size:,} passages, {opened.mode})",
                               note=run.shown)
             self.notify(f"{t.title} ready: searching {self.index_label}")
+            if self._bigger_open():
+                self.query_one(DecisionPanel).hint = ""  # nothing bigger to offer
         self._status()
 
     def offer_bigger_index(self) -> None:
         """Once per run, after an answer with no good source: say how to get a bigger index."""
         if self._offered or self._getting is not None or self.assistant is None:
             return
-        if any(p.name == "simplewiki" for p in self.assistant.index.paths):
-            return  # already searched
+        if self._bigger_open():
+            return
         self._offered = True
         self.query_one(ChatLog).add("system", BIGGER_INDEX_OFFER)
+
+    def _bigger_open(self) -> bool:
+        """Whether the index `/index get simplewiki` builds is among those searched."""
+        built = named.target_folder("simplewiki")
+        return any(p == built for p in self.assistant.index.paths)

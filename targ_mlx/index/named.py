@@ -72,6 +72,11 @@ def _folder_name(spec: str) -> str:
     return re.sub(r"[^\w.-]+", "-", stem).strip("-.") or "corpus"
 
 
+def target_folder(name: str, folder: Path | None = None) -> Path:
+    """The index folder `/index get name` builds (nothing is checked or read)."""
+    return (folder or indexes_dir()) / _folder_name(name)
+
+
 def target(name: str, folder: Path | None = None) -> Target:
     """What `/index get name` would build, checked now (one line saying what is wrong, and the fix).
 
@@ -94,7 +99,7 @@ def target(name: str, folder: Path | None = None) -> Target:
                               "or the path of a local corpus (.jsonl, .xml.bz2, .parquet, WikiExtractor output "
                               "or a folder of documents)")
         read_corpus(spec)  # an unknown format fails here, before any work
-    return Target(name, spec, (folder or indexes_dir()) / _folder_name(name), online)
+    return Target(name, spec, target_folder(name, folder), online)
 
 
 def get_index(t: Target, progress: Progress | None = None, commit_every: int = DEFAULT_COMMIT_EVERY) -> Path:

@@ -8,11 +8,11 @@ import pytest
 
 from targ_mlx.assistant import Assistant, Settings
 from targ_mlx.config import Config
-from targ_mlx.defaults import BIGGER_INDEX_OFFER
+from targ_mlx.defaults import BIGGER_INDEX_CHAT_HINT, BIGGER_INDEX_OFFER
 from targ_mlx.index import named
 from targ_mlx.log.decisions import DecisionLog
 from tui.app import make_app
-from tui.widgets import ChatLog, MessageView, SourcesPanel, StatusBar
+from tui.widgets import ChatLog, DecisionPanel, MessageView, SourcesPanel, StatusBar
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 SIZE = (120, 36)
@@ -125,13 +125,19 @@ async def test_index_get_simplewiki_offline_is_one_line(backbone, small_index_di
         assert app.assistant.index.paths == (small_index_dir,)
 
 
-async def test_no_good_source_offers_index_get_once(backbone, small_index_dir, log, tmp_path):
+async def test_no_good_source_offers_index_get_until_it_is_open(backbone, small_index_dir, log, tmp_path, corpus):
     """The evidence gate, never reading (tau 1), on a question the small index has nothing on."""
     app = chat_app(backbone, small_index_dir, log, tmp_path, gate="evidence", tau=1.0)
     async with app.run_test(size=SIZE) as pilot:
         for _ in range(2):
             await run_and_wait(app, pilot, "What is the capital of the planet Zorblax?")
-        info = app._infos[list(app.query_one(ChatLog).answers())[-1].decision_id]
-        assert info.no_source, info
+        panel = app.query_one(DecisionPanel)
+        assert panel.info.no_source, panel.info
         assert [v.text for v in system_lines(app)] == [BIGGER_INDEX_OFFER]  # offered once, not per answer
-        assert "/index get simplewiki" in BIGGER_INDEX_OFFER
+        assert "/index get simplewiki" in BIGGER_INDEX_OFFER and panel.hint == BIGGER_INDEX_CHAT_HINT
+        # Once the folder `/index get simplewiki` builds is searched (here made offline from a local
+        # file of that name), the panel offers nothing more.
+        local = corpus.rename(corpus.with_name("simplewiki.jsonl"))
+        await run_and_wait(app, pilot, f"/index get {local}")
+        assert app.assistant.index.paths[-1] == named.target_folder("simplewiki")
+        assert panel.hint == ""
