@@ -24,8 +24,8 @@ from textual.widgets import Footer, Label, ProgressBar, Static, TextArea
 
 from targ_mlx.session import DecisionView, Done, Session, Text
 from tui import commands
-from tui.messages import AnswerDone, AnswerEvent, AnswerText, Loaded, LoadProgress
 from tui.index_get import IndexGet
+from tui.messages import AnswerDone, AnswerEvent, AnswerText, Loaded, LoadProgress
 from tui.slash import SlashCommands
 from tui.widgets import ChatLog, DecisionPanel, MessageView, PromptArea, SourcesPanel, StatusBar
 

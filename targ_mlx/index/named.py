@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from targ_mlx.errors import TargError
+from targ_mlx.errors import TargError, check_text
 from targ_mlx.index.corpus import ONLINE_ALIASES, read_corpus
 from targ_mlx.index.errors import CorpusError
 from targ_mlx.index.stages import DEFAULT_COMMIT_EVERY
@@ -85,7 +85,7 @@ def target(name: str, folder: Path | None = None) -> Target:
             corpus path (anything `corpus.read_corpus` reads).
         folder: where the index folder goes (default `indexes_dir()`).
     """
-    name = name.strip()
+    name = check_text(name.strip(), f"/index get {name!r}")
     online = name in ONLINE_ALIASES or name.startswith("hf:")
     if online:
         spec = name

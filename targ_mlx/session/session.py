@@ -7,8 +7,8 @@ renders them. `Session.answer` drains the same stream for callers that want only
 (the server, which keeps its history in the request, and scripts).
 
 Front ends change a session only through its methods (`attach`, `configure`, `set_gate`,
-`reload_model`, `open_index`, `get_index`, `budget`, `recalibrate`, `new_chat`, `resume_chat`), never by
-assigning its fields.
+`reload_model`, `open_index`, `get_index`, `budget`, `recalibrate`, `new_chat`, `resume_chat`),
+never by assigning its fields.
 """
 
 from __future__ import annotations
