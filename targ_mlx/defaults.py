@@ -40,7 +40,13 @@ DEFAULT_REWRITE = "fused"
 
 # Shown when the gate finds no good source: the default index holds 10k lead sections, and a
 # bigger Wikipedia is one command away (BM25-only: minutes, not the hours encoding would take;
-# online by name, or offline from a WikiExtractor dump given as --corpus PATH)
+# online by name, or offline from a WikiExtractor dump given as --corpus PATH). `targ ask` names
+# the shell command; the chat names its own `/index get`, which builds in the background.
+BIGGER_INDEX_CHAT_HINT = "a bigger index may hold it: type /index get simplewiki (Simple English Wikipedia; online)"
+BIGGER_INDEX_OFFER = ("No good source in the index for that. Type /index get simplewiki to build Simple English "
+                      "Wikipedia in the background (online: a download, then BM25 only, no encoding; an interrupted "
+                      "build goes on where it stopped) and search it beside the default index; or /index get PATH "
+                      "for a local corpus file or folder.")
 BIGGER_INDEX_HINT = ("a bigger index may hold it (Simple English Wikipedia, 197k articles): "
                      "targ-index build --corpus simplewiki --no-dense --out ~/targ-simplewiki, then ask with "
                      "--index ~/targ-simplewiki")

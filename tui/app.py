@@ -24,6 +24,7 @@ from textual.widgets import Footer, Label, ProgressBar, Static, TextArea
 
 from targ_mlx.session import DecisionView, Done, Session, Text
 from tui import commands
+from tui.index_get import IndexGet
 from tui.messages import AnswerDone, AnswerEvent, AnswerText, Loaded, LoadProgress
 from tui.slash import SlashCommands
 from tui.widgets import ChatLog, DecisionPanel, MessageView, PromptArea, SourcesPanel, StatusBar
@@ -31,7 +32,7 @@ from tui.widgets import ChatLog, DecisionPanel, MessageView, PromptArea, Sources
 # loader(progress) -> Session (`targ_mlx.session.open_session`); progress(stage, done, total)
 Loader = Callable[[Callable[..., None]], Session]
 
-class ChatApp(SlashCommands, App):
+class ChatApp(SlashCommands, IndexGet, App):
     CSS_PATH = "app.tcss"
     TITLE = "targ-chat"
     BINDINGS = [
@@ -301,6 +302,8 @@ class ChatApp(SlashCommands, App):
         self.retrieved += int(ans.retrieved)
         self._show(info)
         self._status()
+        if ans.no_source:
+            self.offer_bigger_index()
         self.query_one(ChatLog).scroll_end(animate=False)
 
     def action_cancel(self) -> None:

@@ -29,13 +29,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "k": ("/k N", "draft length in tokens for the gate"),
     "recalibrate": ("/recalibrate [RHO]", "fit tau from the log: accuracy if labelled, else a budget"),
     "model": ("/model SPEC", "load another model (alias, .gguf path or mlx-lm repo id)"),
-    "index": ("/index [add] DIR", "open another index folder (an unfinished build resumes); with add, search "
-                                  "it beside the open ones"),
+    "index": ("/index [add] DIR | get NAME", "open another index folder (an unfinished build resumes); with add, "
+                                             "search it beside the open ones; get simplewiki (online) or get PATH "
+                                             "builds a bigger index in the background and searches it too"),
     "export": ("/export [FILE]", "write this chat to Markdown"),
     "new": ("/new", "start a new chat"),
     "help": ("/help", "list commands and keys"),
 }
-_ARGS = {"gate": GATES}
+_ARGS = {"gate": GATES, "index": ("add", "get")}
+GET_NAMES = ("simplewiki",)  # what `/index get ` completes
 
 
 class CommandError(ValueError):
@@ -76,6 +78,12 @@ def parse(text: str) -> Command:
         if k < 1:
             raise CommandError(f"{usage}: N must be >= 1; got {k}")
         return Command(name, k)
+    if name == "index" and arg.partition(" ")[0].lower() == "get":
+        what = arg.partition(" ")[2].strip()
+        if not what:
+            raise CommandError("/index get NAME: missing NAME; fix: /index get simplewiki (online), "
+                               "or /index get PATH (a local corpus file or folder)")
+        return Command(name, f"get {what}")
     if name in ("model", "index"):
         if not arg:
             raise CommandError(f"{usage}: missing {usage.split()[-1]}")
@@ -100,6 +108,9 @@ def complete(text: str) -> list[str]:
     head, space, arg = text.lstrip()[1:].partition(" ")
     if not space:
         return [f"/{name}" for name in COMMANDS if name.startswith(head.lower())]
+    if head.lower() == "index" and arg.lstrip().lower().startswith("get "):
+        typed = arg.lstrip()[4:].strip().lower()
+        return [f"/index get {n}" for n in GET_NAMES if n.startswith(typed)]
     options = _ARGS.get(head.lower(), ())
     return [f"/{head.lower()} {opt}" for opt in options if opt.startswith(arg.strip().lower())]
 
@@ -130,6 +141,35 @@ def help_text(keys: Sequence[tuple[str, str]] = ()) -> str:
         lines.append("Keys:")
         lines += [f"  {key:<{width}}  {text}" for key, text in keys]
     return "\n".join(lines)
+
+
+def duration(seconds: float) -> str:
+    """'45 s', '3 min 20 s', '2 h 5 min': an ETA or an elapsed time in a chat line."""
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s"
+    return f"{s // 3600} h {s % 3600 // 60} min"
+
+
+def build_progress(title: str, done: int, total: int, first: int, elapsed: float) -> str:
+    """The chat's line for a running `/index get`: chunks, percent and ETA where the total is known
+    (a plain local file is counted first; an online stream or a compressed file is not), rate, and
+    where a resumed build began."""
+    rate = (done - first) / elapsed if elapsed > 0 else 0.0
+    head = f"building {title} (BM25 only, in the background): "
+    if total:
+        line = f"{done:,}/{total:,} chunks ({100 * done / total:.0f}%)"
+        if rate > 0 and done < total:
+            line += f", ETA {duration((total - done) / rate)}"
+    else:
+        line = f"{done:,} chunks so far (no total in advance for a stream or a compressed file)"
+    if rate > 0:
+        line += f", {rate:,.0f} chunks/s"
+    if first:
+        line += f"; resumed at chunk {first:,}"
+    return head + line
 
 
 def export_markdown(title: str, turns: Sequence[tuple[str, str, dict | None]]) -> str:

@@ -51,3 +51,22 @@ class Loaded(Message):
     def __init__(self, assistant=None, error: Exception | None = None, notice: str = "", label: str = ""):
         super().__init__()
         self.assistant, self.error, self.notice, self.label = assistant, error, notice, label
+
+
+class GetProgress(Message):
+    """How far a `/index get` build is; a newer one supersedes any still queued."""
+
+    def __init__(self, done: int, total: int):
+        super().__init__()
+        self.done, self.total = done, total
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, GetProgress)
+
+
+class GetDone(Message):
+    """A `/index get` ended: the retriever it opened, or the error (or stop) that ended it."""
+
+    def __init__(self, opened=None, error: Exception | None = None):
+        super().__init__()
+        self.opened, self.error = opened, error

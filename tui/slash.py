@@ -76,12 +76,16 @@ class SlashCommands:
         self.call_from_thread(self._status)
 
     def _cmd_index(self, arg: str) -> None:
-        """`/index DIR` opens DIR instead; `/index add DIR` searches DIR beside the open indexes.
+        """`/index DIR` opens DIR instead; `/index add DIR` searches DIR beside the open indexes;
+        `/index get NAME` builds a bigger index in the background first (`index_get.py`).
         Either is searched as the session searches (its retriever mode), an unfinished build of it
         resumed first, in a worker."""
+        head, _, rest = arg.partition(" ")
+        if head == "get":  # a build in the background: the chat goes on meanwhile
+            self.start_get(rest.strip())
+            return
         if self.generating or self.assistant is None:
             raise commands.CommandError("wait for the current answer or load to finish first")
-        head, _, rest = arg.partition(" ")
         add = head == "add" and bool(rest.strip())
         self.open_index(rest.strip() if add else arg, add)
 

@@ -7,8 +7,8 @@ renders them. `Session.answer` drains the same stream for callers that want only
 (the server, which keeps its history in the request, and scripts).
 
 Front ends change a session only through its methods (`attach`, `configure`, `set_gate`,
-`reload_model`, `open_index`, `budget`, `recalibrate`, `new_chat`, `resume_chat`), never by
-assigning its fields.
+`reload_model`, `open_index`, `get_index`, `budget`, `recalibrate`, `new_chat`, `resume_chat`),
+never by assigning its fields.
 """
 
 from __future__ import annotations
@@ -124,10 +124,19 @@ class Session:
 
         check_text(str(folder), f"index folder {str(folder)!r}")
         opened = list(self.index.paths) if add and not self._lazy else []
-        paths = [*opened, index.ensure_index(Path(folder).expanduser(), progress)]
+        paths = list(dict.fromkeys([*opened, index.ensure_index(Path(folder).expanduser(), progress)]))
         retriever = index.load_encoders(index.open_indexes(paths, retriever=self.retriever_mode))
         self._retriever, self.index_id = retriever, retriever.manifest_id
         return retriever
+
+    def get_index(self, name: str, progress: Callable[[int, int], None] | None = None, folder: Path | None = None):
+        """Build a bigger index (`index.named`: `simplewiki` online, or a local corpus path) BM25-only
+        into the user's indexes folder, resuming an unfinished build of it, then search it beside
+        the indexes already open (slow: call it from a worker; `progress` may raise
+        `index.named.BuildStopped` to stop after the last commit). Returns the opened retriever."""
+        from targ_mlx.index.named import get_index, target
+
+        return self.open_index(get_index(target(name, folder), progress), add=True)
 
     @property
     def _lazy(self) -> bool:

@@ -17,6 +17,8 @@ from tui.commands import Command, CommandError
     ("/recalibrate 0.2", Command("recalibrate", 0.2)),
     ("/model smollm2-135m", Command("model", "smollm2-135m")),
     ("/index /tmp/my index", Command("index", "/tmp/my index")),
+    ("/index get simplewiki", Command("index", "get simplewiki")),
+    ("/index GET /tmp/my corpus.jsonl", Command("index", "get /tmp/my corpus.jsonl")),
     ("/export", Command("export", None)),
     ("/help", Command("help", None)),
 ])
@@ -32,6 +34,7 @@ def test_parse(text, expected):
     ("/k 0", ">= 1"),
     ("/k two", "whole number"),
     ("/model", "missing SPEC"),
+    ("/index get", "/index get simplewiki"),
     ("/frobnicate", "/help"),
 ])
 def test_parse_errors_say_what_to_type(text, fragment):
@@ -47,6 +50,45 @@ def test_complete():
     assert commands.common_prefix(commands.complete("/re")) == "/recalibrate"
     assert commands.complete("hello") == []
     assert "/budget RHO" in commands.hint("/bu")
+    assert commands.complete("/index g") == ["/index get"]
+    assert commands.complete("/index get s") == ["/index get simplewiki"]
+
+
+def test_help_lists_index_get():
+    assert "get simplewiki" in commands.help_text() and "/index [add] DIR | get NAME" in commands.help_text()
+
+
+@pytest.mark.parametrize("done, total, first, elapsed, expected", [
+    (5_000, 20_000, 0, 10.0, "5,000/20,000 chunks (25%), ETA 30 s, 500 chunks/s"),
+    (20_000, 20_000, 0, 10.0, "20,000/20,000 chunks (100%), 2,000 chunks/s"),
+    (6_000, 20_000, 1_000, 10.0, "6,000/20,000 chunks (30%), ETA 28 s, 500 chunks/s; resumed at chunk 1,000"),
+    (5_000, 0, 0, 10.0, "5,000 chunks so far (no total in advance for a stream or a compressed file), 500 chunks/s"),
+    (0, 0, 0, 0.0, "0 chunks so far (no total in advance for a stream or a compressed file)"),
+])
+def test_build_progress_says_percent_eta_and_where_a_resumed_build_began(done, total, first, elapsed, expected):
+    assert commands.build_progress("simplewiki", done, total, first, elapsed) == (
+        "building simplewiki (BM25 only, in the background): " + expected)
+
+
+def test_duration():
+    assert [commands.duration(s) for s in (0.4, 59, 60, 3599, 3600, 7500)] == [
+        "0 s", "59 s", "1 min 0 s", "59 min 59 s", "1 h 0 min", "2 h 5 min"]
+
+
+def test_no_source_hint_names_the_chat_command():
+    import io
+
+    from rich.console import Console
+
+    from targ_mlx.session import DecisionView
+    from tui.widgets import DecisionPanel
+
+    view = DecisionView(gate="evidence", k=20, tau=0.3, u=0.6, reason="weak evidence (best 0.31) → answered from "
+                        "memory", no_source=True, tokens={"prompt": 1, "draft": 1, "context": 0, "output": 1})
+    console = Console(width=200, file=io.StringIO(), record=True)
+    console.print(DecisionPanel.render_info(view))
+    shown = " ".join(console.export_text().split())
+    assert "no good source found" in shown and "type /index get simplewiki" in shown
 
 
 def _rows(us, labels=None):

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from targ_mlx.defaults import BIGGER_INDEX_HINT
+from targ_mlx.defaults import BIGGER_INDEX_CHAT_HINT
 from targ_mlx.session import DecisionView
 
 DecisionInfo = DecisionView  # the panel's name for what it shows
@@ -41,13 +41,14 @@ class DecisionPanel(Static):
     def __init__(self, **kwargs):
         super().__init__("no answer yet", **kwargs)
         self.info: DecisionInfo | None = None
+        self.hint = BIGGER_INDEX_CHAT_HINT  # under "no good source found" ("" once the bigger index is open)
 
     def show(self, info: DecisionView | None) -> None:
         self.info = info
-        self.update(self.render_info(info) if info else "no answer yet")
+        self.update(self.render_info(info, self.hint) if info else "no answer yet")
 
     @staticmethod
-    def render_info(d: DecisionView) -> Table:
+    def render_info(d: DecisionView, hint: str = BIGGER_INDEX_CHAT_HINT) -> Table:
         t = Table.grid(padding=(0, 1))
         t.add_column(style="bold", no_wrap=True)
         t.add_column()
@@ -71,7 +72,8 @@ class DecisionPanel(Static):
             t.add_row("why", Text(d.reason))
         if d.no_source:
             t.add_row("", Text("no good source found: answered from memory, unsure", style="bold yellow"))
-            t.add_row("", Text(BIGGER_INDEX_HINT, style="dim"))
+            if hint:
+                t.add_row("", Text(hint, style="dim"))
         if d.found and not d.retrieved:
             t.add_row("found", Text("; ".join(f"{p.title} {p.score:.2f}" for p in d.found[:3]), style="dim"))
         if d.searched:
