@@ -245,7 +245,7 @@ inline Q8 rows_from(Q8 X, int m) {
 #endif  // TARG_VNNI
 
 // Rows at and above which AMX takes a product: below, the VNNI kernel of the format was as fast
-// or faster (scripts/bench_amx.cpp, one core, thread CPU time, the 1.5B's shapes). The plain C++
+// or faster (scripts/kernels/bench_amx.cpp, one core, thread CPU time, the 1.5B's shapes). The plain C++
 // engine (tests) takes every product of 16 rows or more.
 inline int amx_min_rows(const QMat& W) { return amx_kind(W) == AmxKind::k6 ? 48 : 32; }
 

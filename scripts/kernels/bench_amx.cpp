@@ -1,7 +1,7 @@
 // AMX tiles (amx.h) against the VNNI kernels on the same random Q4_K / Q6_K tiles, in one
 // process, best of alternating calls; checks that both give the same bits.
 //
-//   g++ -std=gnu++20 -O3 -march=native -Itarg_mlx/runtime/native/csrc scripts/bench_amx.cpp -o /tmp/bench_amx -lpthread
+//   g++ -std=gnu++20 -O3 -march=native -Itarg_mlx/runtime/native/csrc scripts/kernels/bench_amx.cpp -o /tmp/bench_amx -lpthread
 //   /tmp/bench_amx q4k|q6k|q4 N K M [reps [amx|vnni]]      # e.g. q4k 17920 1536 256 20; TARG_MLX_THREADS=1 for one core
 #include "amx.h"
 

@@ -6,8 +6,8 @@ takes one row: the VNNI kernels run it either way, so its ratio shows only noise
 taken per round (the machine is shared and noisy); min and median are reported. The outputs of
 both engines are compared bit for bit on every prefill.
 
-    python scripts/bench_amx.py --model qwen2.5-coder-1.5b --rounds 3
-    python scripts/bench_amx.py --model smollm2-135m --lengths 64,256,512,1024 --rounds 5
+    python scripts/bench/bench_amx.py --model qwen2.5-coder-1.5b --rounds 3
+    python scripts/bench/bench_amx.py --model smollm2-135m --lengths 64,256,512,1024 --rounds 5
 """
 
 from __future__ import annotations
