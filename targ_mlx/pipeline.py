@@ -70,8 +70,11 @@ def retrieve(bb: Backbone, retriever, question: str, s: Any, prefix_tokens: int 
     follow-up into its standalone form included) and what was searched (a fused search's
     queries joined by QUERY_SEPARATOR)."""
     t0 = time.perf_counter()
-    queries = conversation.search_queries(question, history, s.rewrite, bb, cancel) if history else [question]
-    packed = pack(bb, question, retrieval.search_fused(retriever, queries, s.top_k), s, prefix_tokens, history)
+    forms = conversation.search_forms(question, history, s.rewrite, bb, cancel) if history else [
+        conversation.SearchForm(question)]
+    queries = [f.query for f in forms]
+    found = retrieval.search_fused(retriever, queries, s.top_k, [f.weight for f in forms])
+    packed = pack(bb, question, found, s, prefix_tokens, history)
     return packed, time.perf_counter() - t0, QUERY_SEPARATOR.join(queries)
 
 
