@@ -45,6 +45,9 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--temp", type=float, default=0.7, help="variance gate temperature (default 0.7)")
     p.add_argument("--beta", type=float, default=3.0, help="margin link temperature (default 3)")
     p.add_argument("--top-k", type=int, default=5, help="passages retrieved (default 5)")
+    p.add_argument("--read", choices=("passages", "sentences"), default="passages",
+                   help="what the Always branch reads: the top-K passages (default), or the selected sentences of "
+                        "the search's top 20 in the same budget (records' always.read, always.read_hit)")
     p.add_argument("--context-tokens", type=int, default=DEFAULT_CONTEXT_TOKENS,
                    help=f"context budget L_ctx (default {DEFAULT_CONTEXT_TOKENS})")
     p.add_argument("--max-tokens", type=int, help="answer cap (default 32; 50 for musique)")
@@ -126,7 +129,7 @@ def evaluate_dataset(name, items, args, out: Path, bb, retriever, log, session, 
     s = RecordSettings(k_max=args.k_max, n_samples=args.n_samples, temperature=args.temp, beta=args.beta,
                        top_k=args.top_k, context_tokens=args.context_tokens,
                        max_tokens=args.max_tokens or max_tokens_for(name), prompt_style=args.prompt, seed=args.seed,
-                       baselines=not args.no_baselines)
+                       baselines=not args.no_baselines, read=args.read)
     s = replace(s, ks=tuple(k for k in s.ks if k <= s.k_max) or (s.k_max,))
     run_info: dict = {}
     if not args.report_only:
