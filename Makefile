@@ -42,7 +42,7 @@ test: setup
 
 bench-backbone: setup
 	CMAKE_ARGS="-DGGML_NATIVE=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF" $(BIN)/pip install -q -e '.[bench]'
-	$(BIN)/python scripts/bench_backbone.py
+	$(BIN)/python scripts/bench/bench_backbone.py
 
 clean-venv:
 	rm -rf $(VENV)

@@ -59,9 +59,9 @@ DB_ENV = "TARG_MLX_DB"
 # Shipped thresholds per offline model key (`model_spec.model_key`: the alias for aliases): tau for
 # a 30% retrieval budget, `calibration.budget_threshold(U, 0.3)` per gate over the U at k=20 of the
 # committed eval records results/smollm2-135m/seeded/nq_open/records.jsonl (1,000 NQ-Open dev
-# questions since 2026-11-27, extended from 500; `python -m targ_mlx.eval`, prompt `short`, k=20,
+# questions, extended from 500; `python -m targ_mlx.eval`, prompt `short`, k=20,
 # beta=3, N=5, T=0.7). `tau_for` reads them after the user's own `[tau."key"]`. Computed with
-#   python scripts/ship_tau.py results/smollm2-135m/seeded/nq_open/records.jsonl --budget 0.3
+#   python scripts/analysis/ship_tau.py results/smollm2-135m/seeded/nq_open/records.jsonl --budget 0.3
 # (retrieval rate on those questions: entropy 0.300, margin 0.300, variance 0.291: U ties; from
 # the first 500 they were 2.658 / 0.668 / 0.710).
 # Those records were drafted with the eval's `short` prompt (few-shot short answers) on the
@@ -75,7 +75,7 @@ CALIBRATED_TAU = MappingProxyType({
         "entropy": 2.6357327086851, "margin": 0.6647815143244878, "variance": 0.7200000000000002,
     }),
     # From its 500 TriviaQA dev records over the clean index (results/README.md), prompt `short`:
-    #   python scripts/ship_tau.py results/qwen2.5-coder-1.5b/clean/triviaqa/records.jsonl --budget 0.3
+    #   python scripts/analysis/ship_tau.py results/qwen2.5-coder-1.5b/clean/triviaqa/records.jsonl --budget 0.3
     # (retrieval rate on those 500: entropy 0.300, margin 0.300, variance 0.302).
     "qwen2.5-coder-1.5b": MappingProxyType({
         "entropy": 2.335696093738079, "margin": 0.5800584323151872, "variance": 0.15000000000000005,

@@ -4,8 +4,8 @@
 `search_forms` turns a follow-up ("when was he born?") into weighted retrieval queries: the
 question as asked, and standalone forms built from the earlier turns, weighted by how much the
 question leans on them (`dependence`), so a new topic finds what it finds alone.
-The ways to do that are compared on TREC CAsT by `scripts/bench_rewrite.py` (BENCHMARKS.md,
-"Standalone retrieval queries"). Nothing here touches the index or the decision log.
+The ways to do that are compared on TREC CAsT by `scripts/bench/bench_rewrite.py` (BENCHMARKS.md,
+row "standalone retrieval queries"). Nothing here touches the index or the decision log.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ REWRITE_MAX_TOKENS = 32
 # the last 1 or 2 questions and more than SmolLM2's own rewrite. Alone it misses what a pronoun
 # stands for when that was the previous *answer* ("he" = Leonardo after "who painted the mona
 # lisa"), which `answer_query` carries; the default searches both and fuses the rankings
-# (defaults.DEFAULT_REWRITE; BENCHMARKS.md, "Standalone retrieval queries").
+# (defaults.DEFAULT_REWRITE; BENCHMARKS.md, row "standalone retrieval queries").
 QUESTIONS_KEPT: int | None = None
 
 REWRITE_SYSTEM = ("Rewrite the user's last question so that it can be understood without the conversation: "
@@ -55,7 +55,7 @@ ANSWER_WORDS = 12
 # question as asked leads for a self-contained question and still counts a little for a
 # follow-up; the forms built from the earlier turns lead for a follow-up and still count a
 # little for a new topic (a question can name its topic and still lean on the earlier turns).
-# Chosen on TREC CAsT's even-numbered conversations (scripts/bench_rewrite.py).
+# Chosen on TREC CAsT's even-numbered conversations (scripts/bench/bench_rewrite.py).
 ASKED_WEIGHT = (1.0, 0.25)
 CONTEXT_WEIGHT = (0.25, 1.0)
 

@@ -31,7 +31,7 @@ DEFAULT_PROMPT = "paper"  # paper: the paper's system prompt; short: few-shot sh
 PROMPT_STYLES = ("paper", "short")
 DEFAULT_HISTORY_TOKENS = 512  # earlier chat turns kept in the prompt; SmolLM2's window is 8k
 REWRITE_METHODS = ("fused", "questions", "answer", "model", "none")  # how a follow-up becomes search queries
-# Chosen by scripts/bench_rewrite.py on TREC CAsT (BENCHMARKS.md, "Standalone retrieval queries"):
+# Chosen by scripts/bench/bench_rewrite.py on TREC CAsT (BENCHMARKS.md, row "standalone retrieval queries"):
 # on the default index, over the 524 turns that need a rewrite, searching both the questions form
 # and the answer form and fusing their rankings found most of what the manual rewrites find
 # (recall@20 0.731, overlap@5 0.431) against either alone (questions 0.671 / 0.409, answer

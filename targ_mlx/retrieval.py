@@ -12,7 +12,7 @@ from typing import Protocol, Sequence, runtime_checkable
 
 # Reciprocal rank fusion's constant (Cormack et al., 2009): a passage ranked r-th (from 1) in a
 # list scores 1 / (RRF_C + r); 60 is the paper's value, not tuned here (10 scored within 0.01 on
-# TREC CAsT, BENCHMARKS.md "Standalone retrieval queries").
+# TREC CAsT: docs/archive/benchmarks-journal.md, "Standalone retrieval queries").
 RRF_C = 60
 FUSE_DEPTH = 20  # passages taken from each ranking before fusing
 # How an index with a BM25 part is searched (`--retriever`): vectors, BM25, or both fused by rank

@@ -30,7 +30,7 @@ SELECT_FROM = 20  # passages a selection looks at
 WINDOW = 2  # sentences a window holds
 # The passage rank's share of a window's score: with it the search's order breaks ties between
 # windows the question's words score alike and keeps a top passage's best sentences in. Chosen on
-# held-out questions (scripts/bench_selection.py --tune), not the ones it is reported on.
+# held-out questions (scripts/bench/bench_selection.py --tune), not the ones it is reported on.
 RANK_WEIGHT = 1.0
 RANK_SCALE = 5.0
 BM25_K1, BM25_B = 1.2, 0.75

@@ -48,8 +48,8 @@ def serve() -> None:
     tqdm.tqdm.monitor_interval = 0
     # tqdm's write lock also holds a multiprocessing RLock, a semaphore every forked child shares:
     # a child killed -9 while holding it (the suite kills at random moments) left it held for all
-    # later children, and one hung in bm25s's tokenizer bar (a fresh clone's `make test`,
-    # 2026-11-27). With no such lock each child has its own copy of the thread lock.
+    # later children, and one hung in bm25s's tokenizer bar (a fresh clone's `make test`).
+    # With no such lock each child has its own copy of the thread lock.
     TqdmDefaultWriteLock.mp_lock = None  # create_mp_lock makes none while the attribute exists
     tqdm.tqdm.set_lock(TqdmDefaultWriteLock())
     import torch

@@ -63,11 +63,11 @@ SHIPPED_FROM = {  # model key -> the committed eval records its shipped tau come
 
 @pytest.mark.parametrize("model", sorted(SHIPPED_FROM))
 def test_shipped_tau_is_the_budget_threshold_of_the_committed_records(model, capsys):
-    """CALIBRATED_TAU[model] is what scripts/ship_tau.py prints for the records it names."""
+    """CALIBRATED_TAU[model] is what scripts/analysis/ship_tau.py prints for the records it names."""
     import importlib.util
 
     root = Path(__file__).parents[1]
-    spec = importlib.util.spec_from_file_location("ship_tau", root / "scripts" / "ship_tau.py")
+    spec = importlib.util.spec_from_file_location("ship_tau", root / "scripts" / "analysis" / "ship_tau.py")
     ship_tau = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ship_tau)
     records = root.joinpath("results", *SHIPPED_FROM[model], "records.jsonl")

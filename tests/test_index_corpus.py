@@ -157,7 +157,8 @@ def test_xml_dump_reader_does_not_keep_pages(tmp_path):
     """3,000 pages: the parsed pages must not pile up on the root <mediawiki> element.
 
     Before the fix each page stayed there as an empty Element: ~100 KB traced over the last
-    1,000 pages here, ~72 B of RSS per page over a 2 GB dump (BENCHMARKS.md). Articles unchanged.
+    1,000 pages here, ~72 B of RSS per page over a 2 GB dump (docs/archive/benchmarks-journal.md,
+    "Wikipedia dump reader"). Articles unchanged.
     """
     import gc
     import tracemalloc

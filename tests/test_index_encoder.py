@@ -143,7 +143,8 @@ def test_unfinished_build_keeps_its_backend(tmp_path):
 
 def test_torch_encoder_leaves_threading_to_the_openblas_bound_for_mlx():
     # conftest binds OpenBLAS as the entry points do; torch's sgemm then runs on OpenBLAS's threads,
-    # and torch's own threads on top made encoding 4.5x slower on 2 cores (BENCHMARKS.md, "Encoder")
+    # and torch's own threads on top made encoding 4.5x slower on 2 cores (docs/archive/
+    # benchmarks-journal.md, "The encoder beside MLX, and an MLX encoder")
     import torch
 
     from targ_mlx import _blas
@@ -179,7 +180,8 @@ def test_torch_bf16_vectors_stay_in_the_float32_family(passages, small_index_que
     a, b = fast.encode_passages(titles, texts), ref.encode_passages(titles, texts)
     assert a.dtype == np.float32 and np.allclose(np.linalg.norm(a, axis=1), 1.0, atol=1e-5)
     cos = np.sum(a * b, axis=1)
-    # >= 0.99997 on 2,000 real chunks on a Zen 4 (BENCHMARKS.md); exactly 1 would mean float32 ran
+    # >= 0.99997 on 2,000 real chunks on a Zen 4 (docs/archive/benchmarks-journal.md, "bfloat16
+    # products on a CPU that has them"); exactly 1 would mean float32 ran
     assert 0.9995 < float(cos.min()) and float(cos.max()) < 1 - 1e-9
     qs = ref.encode_queries([q["question"] for q in small_index_questions[:12]])
     assert (np.argmax(qs @ a.T, axis=1) == np.argmax(qs @ b.T, axis=1)).all()

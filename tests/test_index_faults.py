@@ -40,7 +40,7 @@ BUILD_KILLS = 60 if LONG else 12  # kill -9 trials of `index build`
 ADD_KILLS = 40 if LONG else 8  # and of `index add`
 ADDS_READ = 12 if LONG else 3  # `index add` runs while a reader opens and searches the index
 SEED = int(os.environ.get("TARG_FAULTS_SEED", "26"))
-FIGURES: dict[str, object] = {}  # printed at the end (-s): what BENCHMARKS.md quotes
+FIGURES: dict[str, object] = {}  # printed at the end (-s): BENCHMARKS.md, row "fault injection"
 
 
 class Worker:

@@ -16,7 +16,8 @@ from targ_mlx.runtime.backbone import Backbone, alias_path, load_backbone
 from targ_mlx.runtime.draft import draft
 from targ_mlx.errors import ModelLoadError
 
-_spec = importlib.util.spec_from_file_location("gguf_to_mlx", Path(__file__).parents[1] / "scripts" / "gguf_to_mlx.py")
+_spec = importlib.util.spec_from_file_location(
+    "gguf_to_mlx", Path(__file__).parents[1] / "scripts" / "tools" / "gguf_to_mlx.py")
 gguf_to_mlx = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(gguf_to_mlx)
 

@@ -1,4 +1,4 @@
-"""scripts/rescore_records.py brings records made before a signal existed up to what the record
+"""scripts/analysis/rescore_records.py brings records made before a signal existed up to what the record
 pass computes now, from the index and the tokenizer alone."""
 
 import importlib.util
@@ -13,8 +13,8 @@ from targ_mlx.eval.record import RecordSettings, record_batch
 from targ_mlx.eval.run import read_jsonl, write_jsonl
 from targ_mlx.index import open_retriever
 
-_spec = importlib.util.spec_from_file_location("rescore_records",
-                                               Path(__file__).parents[1] / "scripts" / "rescore_records.py")
+_spec = importlib.util.spec_from_file_location(
+    "rescore_records", Path(__file__).parents[1] / "scripts" / "analysis" / "rescore_records.py")
 rescore = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(rescore)
 

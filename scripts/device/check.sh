@@ -1,6 +1,6 @@
 #!/bin/bash
 # On a lent GPU machine (no network), from the repo root, with DIR from prepare.sh carried:
-# (1) the mlx[cuda] path: scripts/check_gpu.py on stand-in GGUFs, and `targ ask` end to end on the
+# (1) the mlx[cuda] path: scripts/device/check_gpu.py on stand-in GGUFs, and `targ ask` end to end on the
 # GPU; (2) the CPU kernels on 2 of its cores: bench_k4tiles and bench_k6tiles per matrix (each Q4_K kernel, and the
 # VNNI kernel on the k4 layout against its AVX2 kernel to the bit), test_kquant under each Q4_K
 # layout, and bench_backbone against llama.cpp's llama-bench built there, whole model, each
@@ -31,7 +31,7 @@ tar xJf $D/cuda13-sm90.tar.xz -C /tmp/cuda
 NV=$(python3 -c "import nvidia; print(list(nvidia.__path__)[0])" 2>/dev/null); [ -n "$NV" ] && ln -sfn $NV /tmp/cuda/nvidia
 NVLIB=$(find ${NV:-/nonexistent} -maxdepth 3 -name lib -type d 2>/dev/null | tr '\n' ':')
 mkdir -p /tmp/m
-for m in smollm2 qwen15b; do PYTHONPATH=/tmp/common python3 scripts/synth_gguf.py fill $D/$m.head /tmp/m/$m.gguf; done
+for m in smollm2 qwen15b; do PYTHONPATH=/tmp/common python3 scripts/device/synth_gguf.py fill $D/$m.head /tmp/m/$m.gguf; done
 el "builds start (llama-bench, the CPU kernels), in the background"
 CMAKE=$(command -v cmake || python3 -c "import cmake, os; print(os.path.join(cmake.CMAKE_BIN_DIR, 'cmake'))" 2>/dev/null)
 (tar xJf $D/llama-src.tar.xz -C /tmp && cd /tmp/llama_cpp_python-*/vendor/llama.cpp \
@@ -52,7 +52,7 @@ if [ -z "${SKIP_GPU:-}" ]; then el "GPU"
 GPU_ENV="PYTHONPATH=/tmp/cuda:/tmp/common:$R TARG_MLX_CACHE=/tmp/tcu LD_LIBRARY_PATH=${NVLIB}${LD_LIBRARY_PATH:-}"
 { # an encoder the image may hold (the evidence gate's search needs one; none travels: too big)
   find / -xdev \( -path /proc -o -path /sys \) -prune -o -iname "*minilm*" -print 2>/dev/null | head -5
-  env $GPU_ENV timeout ${GPU_LIMIT:-240} python3 -X faulthandler scripts/check_gpu.py /tmp/m/smollm2.gguf /tmp/m/qwen15b.gguf; echo "check_gpu rc $?"
+  env $GPU_ENV timeout ${GPU_LIMIT:-240} python3 -X faulthandler scripts/device/check_gpu.py /tmp/m/smollm2.gguf /tmp/m/qwen15b.gguf; echo "check_gpu rc $?"
   # margin with tau 1 never reads (no encoder needed); evidence searches first (needs the encoder)
   for g in "margin --tau 1.0" "evidence"; do s=$(date +%s); env $GPU_ENV timeout 60 python3 -m targ_mlx ask --model /tmp/m/smollm2.gguf \
     --index $D/tiny-bm25 --db /tmp/d.db --gate $g --max-tokens 48 "who wrote the origin of species" 2>&1 | tail -8
@@ -63,10 +63,10 @@ LBX=/tmp/lb/bin/llama-bench
 export TARG_MLX_THREADS=2 OPENBLAS_NUM_THREADS=2 OMP_NUM_THREADS=2
 [ -n "${SKIP_MATRIX:-}" ] || { el "per matrix"
   for rows in 4 8; do g++ -std=gnu++20 -O3 -march=native -DTARG_K4_VNNI_ROWS=$rows -I$R/targ_mlx/runtime/native/csrc \
-    scripts/bench_k4tiles.cpp -o /tmp/bk4-$rows -lpthread; done
+    scripts/kernels/bench_k4tiles.cpp -o /tmp/bk4-$rows -lpthread; done
   for shape in "17920 1536 256" "3584 1536 256" "1536 8960 256" "17920 1536 8" "17920 1536 1"; do
     for rows in 4 8; do echo "VNNI rows $rows:"; taskset -c $CPUS /tmp/bk4-$rows $shape 20; done; done
-  g++ -std=gnu++20 -O3 -march=native -I$R/targ_mlx/runtime/native/csrc scripts/bench_k6tiles.cpp -o /tmp/bk6 -lpthread
+  g++ -std=gnu++20 -O3 -march=native -I$R/targ_mlx/runtime/native/csrc scripts/kernels/bench_k6tiles.cpp -o /tmp/bk6 -lpthread
   for shape in "1536 8960 256" "256 1536 256" "1536 8960 8" "1536 8960 1"; do taskset -c $CPUS /tmp/bk6 $shape 10; done
   el "test_kquant, each layout"
   for layout in k4 tiles; do TARG_MLX_Q4K_LAYOUT=$layout env $CPU_ENV timeout 120 python3 -X faulthandler -m pytest -q \
@@ -77,7 +77,7 @@ export TARG_MLX_THREADS=2 OPENBLAS_NUM_THREADS=2 OMP_NUM_THREADS=2
 cat $O/cpu.txt
 # the peer: llama.cpp as it runs by default (repacked buffers) where that works here, else mapped
 XB=""; [ -z "${MAPPED:-}" ] && grep -q "llama-bench --repack 1 rc 0" $O/cpu.txt && XB="--extra-bufts"
-BB="env $CPU_ENV taskset -c $CPUS python3 scripts/bench_backbone.py --threads 2 --decode-tokens 32 --variants kernels --llama-bench $LBX $XB"; ROUNDS=${ROUNDS:-2}
+BB="env $CPU_ENV taskset -c $CPUS python3 scripts/bench/bench_backbone.py --threads 2 --decode-tokens 32 --variants kernels --llama-bench $LBX $XB"; ROUNDS=${ROUNDS:-2}
 if grep -q "llama-bench --repack [01] rc 0" $O/cpu.txt; then
   for defs in "" ${SMOL_DEFINES:+"$SMOL_DEFINES"}; do  # the default build, then SMOL_DEFINES as one build
     [ $(left) -gt 45 ] && { el "SmolLM2 ${defs:-(default build)}" | tee -a $O/cpu.txt; TARG_MLX_NATIVE_DEFINES="$defs" \

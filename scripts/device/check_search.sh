@@ -25,7 +25,7 @@ if [ "${1:-}" = kit ]; then
   tar xJf $K/cuda13-sm90.tar.xz -C $S/cuda
   [ -n "$NV" ] && ln -sfn $NV $S/cuda/nvidia
   cp -r $K/tiny-bm25 $S/tiny-bm25
-  python3 scripts/synth_gguf.py fill $K/smollm2.head $S/smollm2.gguf
+  python3 scripts/device/synth_gguf.py fill $K/smollm2.head $S/smollm2.gguf
   el "installed" | tee -a $O/machine.txt
   python3 -c "import mlx.core as mx; print('mlx', mx.__version__, mx.default_device())" >> $O/machine.txt 2>&1
   # margin with tau 1 never reads: no encoder; its first draft compiles the GPU kernels for the next call

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Prepare what a lent GPU machine needs, in a folder git ignores, when that machine can be sent only
-# this tree plus ~64 MB and reaches no network (how issue 24's VNNI kernels and the mlx[cuda] path
-# were checked on 2026-11-26: BENCHMARKS.md, "mlx[cuda] on an H100").
+# this tree plus ~64 MB and reaches no network (how the VNNI kernels and the mlx[cuda] path
+# were checked: BENCHMARKS.md, rows "GPU: ..." and "kernels vs llama.cpp: ..., Intel AMX").
 #
 #   scripts/device/prepare.sh [DIR]          # default .dev (git-ignored)
 #   # then carry DIR and run there: bash scripts/device/check.sh DIR [SECONDS]   (outputs: $OUT)
@@ -9,7 +9,7 @@
 # It holds: wheels for Python 3.12 (what targ_mlx needs beyond the machine's image: mlx, mlx-lm,
 # usearch with numkong, bm25s, ...), mlx-cpu, the mlx-cuda-13 wheel as a tarball with the cubins
 # of other GPUs than sm_90 zeroed and symbols stripped (90 MB -> 20 MB), llama-cpp-python's sdist
-# without models/docs/other backends (77 MB -> 4 MB; its llama.cpp builds llama-bench alone), the GGUFs' headers (scripts/synth_gguf.py)
+# without models/docs/other backends (77 MB -> 4 MB; its llama.cpp builds llama-bench alone), the GGUFs' headers (scripts/device/synth_gguf.py)
 # and a BM25-only index of 1,500 real passages. ~61 MB: keep results/ out of the index for the call
 # (`git rm -r -q --cached results`, then `git reset -q results`), or the tree is over the limit.
 set -euo pipefail
@@ -52,8 +52,8 @@ rm -rf $V/tools/{ui,server,tts,results}
 printf 'find_package(Threads REQUIRED)\nllama_add_compile_flags()\nadd_subdirectory(llama-bench)\n' > $V/tools/CMakeLists.txt
 for b in cann cuda et hexagon hip metal musa opencl openvino rpc sycl virtgpu vulkan webgpu zdnn zendnn; do rm -rf $V/ggml/src/ggml-$b; done
 tar cJf $D/llama-src.tar.xz -C /tmp/prep/l $(basename $L)
-$PY scripts/synth_gguf.py head "$($PY -c "from targ_mlx.runtime.backbone import alias_path; print(alias_path('smollm2-135m'))")" $D/smollm2.head
-$PY scripts/synth_gguf.py head "$($PY -c "from targ_mlx.runtime.backbone import alias_path; print(alias_path('qwen2.5-coder-1.5b'))")" $D/qwen15b.head
+$PY scripts/device/synth_gguf.py head "$($PY -c "from targ_mlx.runtime.backbone import alias_path; print(alias_path('smollm2-135m'))")" $D/smollm2.head
+$PY scripts/device/synth_gguf.py head "$($PY -c "from targ_mlx.runtime.backbone import alias_path; print(alias_path('qwen2.5-coder-1.5b'))")" $D/qwen15b.head
 head -n 1500 ../shared/data/corpus/wiki_pool.jsonl > /tmp/prep/pool1500.jsonl
 rm -rf $D/tiny-bm25 && $PY -m targ_mlx.index build --corpus /tmp/prep/pool1500.jsonl --out $D/tiny-bm25 --no-dense --bm25 --quiet
 du -sh $D

@@ -11,7 +11,7 @@ beta as set), read separately for questions whose context already says what the 
 ("confirmed", `pipeline.confirms`: every claim word of the draft occurs in it, so its answer is
 likelier right and reading changes little) and the others. P(Always right | s_1) says the index holds something
 close to the question. Each is an isotonic fit on dev-half eval records, shipped per model in
-`evidence_calibration.json` (`scripts/fit_evidence.py` writes it; the eval judges it on the other
+`evidence_calibration.json` (`scripts/analysis/fit_evidence.py` writes it; the eval judges it on the other
 half); a model with too few confirmed dev questions ships one memory fit for both. One scalar against
 one threshold, so the one budget rule calibrates it like the paper's gates. No second model
 pass over the passages: that is the reading it saves.

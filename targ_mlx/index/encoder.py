@@ -42,7 +42,7 @@ FLOAT32 = "float32"
 # and extended with any of them. mlx vs torch: 1.6e-7 at most on 256 real chunks. torch-bf16:
 # passage cosine to float32 >= 0.99997, and an index of its vectors searched with float32 queries
 # keeps 0.996 of float32's top 5 (1,000 NQ-Open questions over 2,000 chunks; BENCHMARKS.md,
-# "bfloat16"), above the 0.98 an index may lose. The int8 backend is opt-in: its top 5 matched
+# row "encoder: bfloat16"), above the 0.98 an index may lose. The int8 backend is opt-in: its top 5 matched
 # float32's for only 0.875 of NQ-Open questions, so it is a family of its own.
 _FAMILY = {TORCH: FLOAT32, TORCH_BF16: FLOAT32, MLX: FLOAT32, ONNX_INT8: ONNX_INT8}
 _BF16_FLAGS = ("avx512_bf16", "amx_bf16")
@@ -215,8 +215,9 @@ def _one_torch_thread_over_openblas() -> None:
     OpenBLAS is loaded with RTLD_GLOBAL, so torch's sgemm calls resolve to it too and each one
     runs on OpenBLAS's own threads; torch's intra-op threads on top oversubscribe the cores. On 2
     AVX2 cores the encoder fell from 35 to 7.7 chunks/s that way (index builds inside `targ ask`
-    and the app took 12 minutes instead of 4); with one torch thread it does 30-32 (BENCHMARKS.md,
-    "Encoder"). Torch is this process's encoder and nothing else, so the setting is ours to make.
+    and the app took 12 minutes instead of 4); with one torch thread it does 30-32 (the journal's
+    "The encoder beside MLX, and an MLX encoder", docs/archive/benchmarks-journal.md). Torch is this
+    process's encoder and nothing else, so the setting is ours to make.
     """
     from targ_mlx import _blas
 

@@ -50,7 +50,7 @@ class MergedRetriever:
 
 
 # From this many passages (all folders together) hybrid is the default where every folder has both
-# parts. On held-out questions (scripts/probe_fusion.py, BENCHMARKS.md "Answer coverage") fusing BM25
+# parts. On held-out questions (scripts/archive/probe_fusion.py; BENCHMARKS.md, rows "hybrid vs dense") fusing BM25
 # in lost 1-2.4 points of hit@5 over the Vital leads (9,554 passages) and the clean corpus (21,716),
 # and gained 0.6 / 3.4 / 2.0 (NQ-Open / TriviaQA / PopQA) over the large corpus (994,419). Between
 # the two sizes nothing was measured; 100k sits between them.

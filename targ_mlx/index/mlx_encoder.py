@@ -41,8 +41,8 @@ def unusable(folder: Path | str) -> str | None:
     import mlx.core as mx
 
     if sys.platform == "darwin" or mx.default_device() != mx.cpu:
-        # Metal or mlx[cuda]: MLX's own ops (checked on an H100: BENCHMARKS.md, "The encoder and
-        # the search-first path on mlx[cuda]")
+        # Metal or mlx[cuda]: MLX's own ops (checked on an H100: BENCHMARKS.md, row "GPU:
+        # encoder")
         return None
     from targ_mlx import _blas
     from targ_mlx.runtime import native

@@ -34,7 +34,8 @@ class HnswParams:
     connectivity: int = 16  # graph degree M: memory and recall grow with it
     expansion_add: int = 128  # efConstruction: build time vs graph quality
     # ef at query time: recall@5 vs exact on MiniLM + vital-articles is 0.964 at 64, 0.989 at 128,
-    # 0.997 at 256 (BENCHMARKS.md); a serving setting, so changing it never forces a rebuild
+    # 0.997 at 256 (docs/archive/benchmarks-journal.md, "Index"); a serving setting, so changing it
+    # never forces a rebuild
     expansion_search: int = 256
 
 

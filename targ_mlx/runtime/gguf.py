@@ -58,7 +58,8 @@ def _meta_value(v):
 
 
 # Scales and biases of repacked K-quant blocks. float16 keeps a Q4_K_M file's weights within
-# 1.2x its size (float32: 1.4x) and changed no greedy token in BENCHMARKS.md's comparison.
+# 1.2x its size (float32: 1.4x) and changed no greedy token (docs/archive/benchmarks-journal.md,
+# "K-quant GGUFs on the kernels").
 SCALE_DTYPE = mx.float16
 
 

@@ -214,7 +214,8 @@ def q6k_tiles(blocks: np.ndarray):
 
 
 def kernel_weights(qtype: int, blocks: np.ndarray, embedding: bool = False):
-    """The kernels' form of a matrix of GGUF K-quant blocks (BENCHMARKS.md, "K-quant blocks"):
+    """The kernels' form of a matrix of GGUF K-quant blocks (the journal's
+    "K-quant blocks", docs/archive/benchmarks-journal.md):
     Q6_K as the file stores it (csrc/kquant.h: 6.56 bits a weight instead of 9 in 8-bit tiles,
     and faster products), or on AVX512-VNNI builds in 16-column tiles of the same bits
     (`q6k_tiles`, `native.q6k_layout()`); Q4_K in 4-bit tiles that keep its 6-bit scales and

@@ -182,8 +182,8 @@ def _fuse(parts: list[Weights]) -> list[Weights]:
 # Rows up to which a step runs a layer as one node. Above it (prefills) the layer runs as its
 # separate ops: the one node's big intermediates would be allocated inside its task, on MLX's
 # stream thread, and that made the SmolLM2 eval's prefill-bound record pass ~7% slower than the
-# separate ops, whose outputs MLX allocates on the scheduling thread (BENCHMARKS.md, "One graph
-# node a layer").
+# separate ops, whose outputs MLX allocates on the scheduling thread (docs/archive/
+# benchmarks-journal.md, "One graph node a layer").
 LAYER_NODE_ROWS = 64
 
 

@@ -1,8 +1,8 @@
 """2 MB pages under the kernels' weights (Linux transparent huge pages).
 
 A batch-1 decode step streams every weight once (~1.1 GB for the 1.5B, ~270,000 pages of 4 KB):
-on 2 MB pages the same step ran 5-20% faster on an AVX512-VNNI Zen 4 (BENCHMARKS.md, "Huge
-pages under the weights"). The weights are many MLX arrays, but allocated one after another they lie in a few
+on 2 MB pages the same step ran 5-20% faster on an AVX512-VNNI Zen 4 (BENCHMARKS.md, row "huge
+pages"). The weights are many MLX arrays, but allocated one after another they lie in a few
 runs of adjacent memory, so whole 2 MB pages cover all but a few MB of them.
 
 Modes: "advise" marks that memory MADV_HUGEPAGE, which costs nothing now (the kernel's

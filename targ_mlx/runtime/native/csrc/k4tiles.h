@@ -1,7 +1,7 @@
 // Q4_K tiles in the k4 layout, multiplied with llama.cpp's Q8_K activations: the default on
 // every build (AVX512-VNNI builds also hold the plain tile layout's kernel, qgemm.h, which
 // TARG_MLX_Q4K_LAYOUT=tiles runs; on a Zen 4 EPYC k4 runs 1.15-1.2x its rate at prefill and
-// 1.6-1.8x at 1 to 8 rows, BENCHMARKS.md "Where the 1.5B's prefill goes").
+// 1.6-1.8x at 1 to 8 rows, BENCHMARKS.md, row "k4 VNNI kernel").
 //
 // The k4 layout: a tile's 16 columns and a group's 32 k are 256 bytes, four runs of 64; in run
 // j, byte 4c + i holds k = 8j + i of column c in its low nibble and k = 8j + 4 + i in its high
@@ -10,8 +10,8 @@
 // interleaving and no pre-broadcast activation copies (the plain layout needs both on AVX2).
 // Each 16-bit pair sum then belongs to one column, so vpmaddwd applies the group's 6-bit scale
 // in integers and a super-block of 256 sums exactly in int32: the float fold runs once per 256
-// (with one activation scale per 256, Q8_K), not once per 32 (BENCHMARKS.md, "Q4_K tiles in
-// the k4 layout").
+// (with one activation scale per 256, Q8_K), not once per 32 (docs/archive/benchmarks-journal.md,
+// "Q4_K tiles in the k4 layout").
 //
 //   y[c] = sum over super-blocks s: dx_s * (d[c] * sum_g sc[c][g] * dot_g - dmin[c] * sum_g m[c][g] * xsum_g)
 //

@@ -6,7 +6,7 @@
 // repacking (affine 16-column tiles with a float16 scale and bias per 32 take Q6_K's 6.56 bits a
 // weight to 9). Used for Q6_K matrices and for embeddings; a Q4_K matrix multiplies faster in
 // 4-bit tiles with its own scales (k4tiles.h; qgemm.h on AVX512-VNNI; gguf_blocks.kernel_weights,
-// BENCHMARKS.md "K-quant blocks"), so q4k_row serves only a Q4_K embedding tied as the output
+// docs/archive/benchmarks-journal.md, "K-quant blocks"), so q4k_row serves only a Q4_K embedding tied as the output
 // head. The arithmetic is llama.cpp's Q4_K/Q6_K x Q8_K: activations are quantized to int8 per
 // super-block of 256 with one float scale and integer sums per 16, the products of a
 // whole super-block are summed in integers (each sub-block's 6-bit scale applied with
@@ -20,7 +20,8 @@
 //
 // AVX512-VNNI builds multiply Q6_K rows with 64 weights a register (q6k_row_vnni: vpmaddubsw,
 // then vpdpwssd by the sub-block scales; 1.27x the AVX2 kernel's rate at prefill on a Zen 4 EPYC,
-// BENCHMARKS.md "Where the 1.5B's prefill goes"; TARG_MLX_Q6K_KERNEL=avx2 runs the other), but
+// docs/archive/benchmarks-journal.md, "Where the 1.5B's prefill goes"; TARG_MLX_Q6K_KERNEL=avx2
+// runs the other), but
 // there a Q6_K matrix is kept in 16-column tiles by default (k6tiles.h, 1.6-2.2x these rows), so
 // rows serve embeddings and TARG_MLX_Q6K_LAYOUT=rows.
 #pragma once

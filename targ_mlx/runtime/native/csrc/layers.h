@@ -164,7 +164,7 @@ struct KV {  // a (B, H, S, D) view: element (b, h, s, d) at base[b*sb + h*sh + 
 constexpr int kAttnQueries = 16;  // queries of one head per attention task (they share key blocks)
 #ifndef TARG_ATTN_GROUPS
 #define TARG_ATTN_GROUPS 1  // decode: a kv head's query heads as one task; 0: one task per query head
-#endif                      // (scripts/bench_attention.cpp builds both to time them)
+#endif                      // (scripts/kernels/bench_attention.cpp builds both)
 
 #if TARG_AVX512
 // Lane j of the result is the sum of the lanes of a[j], added in the same tree as
@@ -386,8 +386,9 @@ inline void attention(const float* q, const KV& K, const KV& V, const int32_t* p
   // A decode step (one query per row): the `group` query heads of a kv head see the same keys, so
   // they go through attend_queries together as one block of queries and each key and value is
   // read once per kv head instead of once per query head (6x less traffic for the 1.5B's GQA; at
-  // 700 cached positions its per-head tasks ran at ~1/6 of the FMA rate, BENCHMARKS.md). Each
-  // query's operations are the per-head path's, so the bits are the same.
+  // 700 cached positions its per-head tasks ran at ~1/6 of the FMA rate: docs/archive/
+  // benchmarks-journal.md, "Huge pages under the weights, and decode attention by kv head").
+  // Each query's operations are the per-head path's, so the bits are the same.
   if (TARG_ATTN_GROUPS && L == 1 && (D == 64 || D == 128) && group > 1 && group <= QB) {
     parallel_range(B * Hkv, 1, 1, [&](int t0, int t1) {
       std::vector<const float*> kp(P + S), vp(P + S);

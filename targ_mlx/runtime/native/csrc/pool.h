@@ -127,8 +127,8 @@ inline Pool& pool() {
 // holding up the step, as llama.cpp's matmul chunks do. Every kernel computes each output row or
 // column by itself, so the split changes no result. 16: with a busy thread beside it on 2 Zen 4
 // cores the 1.5B's prefill ran 1.33x one task a thread, and as fast on an idle machine
-// (BENCHMARKS.md, "The last layer for the last position only, and 16 tasks a thread";
-// scripts/bench_tasks.py). TARG_MLX_TASKS_PER_THREAD=N to time others.
+// (BENCHMARKS.md, row "tasks per thread";
+// scripts/kernels/bench_tasks.py). TARG_MLX_TASKS_PER_THREAD=N to time others.
 #ifndef TARG_TASKS_PER_THREAD
 #define TARG_TASKS_PER_THREAD 16
 #endif

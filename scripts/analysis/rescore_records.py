@@ -1,0 +1,92 @@
+"""Bring existing eval records up to the current evidence gate, without running the model.
+
+For each run folder (`<folder>/records.jsonl`, as `python -m targ_mlx.eval` writes it):
+
+1. `always.confirms`: whether the packed context the Always answer read says what the k-token
+   draft says, for every k the record scores (`pipeline.confirms`, the
+   runner's own test). The passages' texts come from the index's `passages.db` by the recorded
+   keys, packed again to the run's token budget with the model's tokenizer (read from the GGUF
+   header; no weights load); a record whose passages no longer pack to the recorded ones stops
+   the script, naming it.
+2. Every search-dependent gate's scores (the evidence gate's), recomputed from the record's own
+   signals with the calibration shipped now (`eval.record.fill_scores`).
+
+Then `python -m targ_mlx.eval ... --report-only` rebuilds the tables.
+
+    python scripts/analysis/rescore_records.py --model qwen2.5-coder-1.5b --index index/clean-minilm \\
+        results/qwen2.5-coder-1.5b/clean/{nq_open,popqa,triviaqa}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+import sys
+from pathlib import Path
+
+from targ_mlx import pipeline, prompts
+from targ_mlx.eval.record import fill_scores
+from targ_mlx.eval.run import read_jsonl, write_jsonl
+from targ_mlx.retrieval import Passage
+from targ_mlx.runtime import gguf
+from targ_mlx.runtime.model_spec import ALIASES, alias_path
+from targ_mlx.runtime.tokenizer import tokenizer_from_gguf
+
+
+def set_confirms(records: list[dict], db: sqlite3.Connection, tok, budget: int, where: Path) -> int:
+    added = 0
+    for r in records:
+        a = r["always"]
+        hits = []
+        for key, *_ in a["passages"]:
+            row = db.execute("SELECT title, text FROM passages WHERE key = ?", (key,)).fetchone()
+            if row is None:
+                raise SystemExit(f"{where}: record {r['id']} read passage {key}, which this index lacks; "
+                                 "pass the --index the records were made with")
+            hits.append(Passage(key, row[0], row[1], 0.0))
+        packed = prompts.pack_context(hits, budget, tok.encode, tok.decode)
+        if [p.key for p in packed.passages] != [p[0] for p in a["passages"]]:
+            raise SystemExit(f"{where}: record {r['id']}'s passages do not pack to the recorded ones at "
+                             f"{budget} tokens; pass the model the records were made with")
+        ks = [int(k) for k in r["scores"].get("margin") or {}]
+        a["confirms"] = {str(k): int(pipeline.confirms(tok, r["draft"][:k], packed.text, r["question"].strip()))
+                         for k in ks}
+        added += 1
+    return added
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("folders", nargs="+", type=Path, help="run folders holding records.jsonl and config.json")
+    ap.add_argument("--model", required=True, choices=sorted(ALIASES), help="the model the records were made with")
+    ap.add_argument("--index", required=True, type=Path,
+                    help="an index holding the recorded passages (the run's, or a rebuild of its corpora: "
+                         "keys are stable, and `build --no-dense` is enough)")
+    args = ap.parse_args(argv)
+    db_path = args.index / "passages.db"
+    if not db_path.is_file():
+        ap.error(f"no passages.db in {args.index}; build the index the records were made with")
+    path = alias_path(args.model)
+    tok = tokenizer_from_gguf(gguf.metadata(path), path)
+    db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    for folder in args.folders:
+        rec_path, cfg_path = folder / "records.jsonl", folder / "config.json"
+        if not rec_path.is_file() or not cfg_path.is_file():
+            ap.error(f"{folder} has no records.jsonl and config.json; pass eval run folders")
+        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+        if cfg.get("model") not in (None, args.model):
+            ap.error(f"{folder} was recorded with {cfg['model']}, not {args.model}")
+        settings = cfg["settings"]
+        records = read_jsonl(rec_path)
+        added = set_confirms(records, db, tok, int(settings["context_tokens"]), folder)
+        rescored = fill_scores(records, args.model, float(settings["beta"]), search_changed=True)
+        write_jsonl(rec_path, records)
+        share = sum(r["always"]["confirms"].get("20", 0) for r in records) / max(1, len(records))
+        print(f"{folder}: confirms set on {added} of {len(records)} records (k=20: {share:.1%} confirmed); "
+              f"{rescored} rescored")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
