@@ -34,6 +34,7 @@ WINDOW = 2  # sentences a window holds
 RANK_WEIGHT = 1.0
 RANK_SCALE = 5.0
 BM25_K1, BM25_B = 1.2, 0.75
+MIN_RATIO = 0.0  # read windows down to this share of the best one's score (0: fill the budget)
 GAP = " … "  # between two runs of a passage's sentences with sentences left out between them
 MIN_SENTENCE_CHARS = 20  # a fragment shorter than this ("Ibid.", "e.g.") joins the sentence before it
 
@@ -108,7 +109,8 @@ def windows(question: str, split: Sequence[Sequence[str]], titles: Sequence[str]
 
 
 def select(question: str, passages: Sequence[Passage], budget: int, count: Callable[[str], int], *,
-           size: int = WINDOW, rank_weight: float = RANK_WEIGHT, rank_scale: float = RANK_SCALE) -> list[Passage]:
+           size: int = WINDOW, rank_weight: float = RANK_WEIGHT, rank_scale: float = RANK_SCALE,
+           min_ratio: float = MIN_RATIO) -> list[Passage]:
     """The best windows of `passages` that fit `budget` tokens as `[title] text` lines, as passages
     whose text is their chosen sentences (each keeps its key, title and scores).
 
@@ -117,12 +119,18 @@ def select(question: str, passages: Sequence[Passage], budget: int, count: Calla
         passages: the search's top passages, best first.
         budget: tokens for all lines (as `count` counts them, a newline between lines included).
         count: tokens of a string (the tokenizer's `len(encode(s))`).
+        min_ratio: windows scoring below this share of the best window's score are not read, even
+            where the budget has room: as little as the evidence says is worth reading.
     """
     split = [sentences(p.text) for p in passages]
     chosen: dict[int, set[int]] = {}
     best: dict[int, float] = {}
     used = 0
-    for w in windows(question, split, [p.title for p in passages], size, rank_weight, rank_scale):
+    ranked = windows(question, split, [p.title for p in passages], size, rank_weight, rank_scale)
+    floor = min_ratio * ranked[0].score if ranked else 0.0
+    for w in ranked:
+        if w.score < floor:
+            break
         have = chosen.get(w.rank, set())
         new = set(range(w.start, w.end)) - have
         if not new:

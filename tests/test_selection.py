@@ -104,3 +104,19 @@ def test_an_answer_that_reads_sentences_reads_the_selection_and_the_gate_sees_th
         for part in p.text.split(f" {GAP.strip()} "):
             assert part in top20[p.key] or part.strip() in top20[p.key]
     assert [p.text for p in picked.passages] != [p.text for p in whole.passages]
+
+
+def test_reading_depth_stops_at_windows_far_below_the_best():
+    """With min_ratio, a question whose answer one window carries reads that window, not the budget."""
+    rows = gold_rows(10)
+    others = distractors(9)
+    full = deep = 0
+    for row in rows:
+        gold = row["passages"][0]
+        found = [Passage(1, gold["title"], gold["text"], 0.9)] + others
+        everything = select(row["question"], found, 300, words)
+        focused = select(row["question"], found, 300, words, min_ratio=0.7)
+        full += sum(words(p.format()) for p in everything)
+        deep += sum(words(p.format()) for p in focused)
+        assert {p.key for p in focused} <= {p.key for p in everything}
+    assert deep < 0.6 * full, (deep, full)

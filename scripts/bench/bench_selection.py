@@ -39,6 +39,7 @@ from targ_mlx.prompts import pack_context  # noqa: E402
 QA = Path(__file__).resolve().parents[3] / "shared" / "data" / "qa"
 DATASETS = {"nq_open": QA / "nq_open_dev.jsonl", "triviaqa": QA / "triviaqa_dev.jsonl", "popqa": QA / "popqa_1k.jsonl"}
 GRID = [dict(size=s, rank_weight=w) for s in (1, 2, 3) for w in (0.0, 0.5, 1.0, 2.0, 4.0)]
+RATIOS = (0.0, 0.3, 0.5, 0.7)  # reading depth: windows below this share of the best score are left
 
 
 def held_out(items, limit: int, seed: int, exclude: set[str]):
@@ -123,10 +124,14 @@ def main(argv=None) -> int:
             items = sample(read_jsonl(DATASETS[ds]), args.limit, args.seed)
             found, search_ms = search_all(retriever, items)
             r = measure(items, found, tok, args.budget, **params) | {"search_ms": search_ms, "params": params}
+            r["depth"] = {str(m): {k: v for k, v in measure(items, found, tok, args.budget, min_ratio=m, **params).items()
+                                   if k in ("selection", "selection_tokens")} for m in RATIOS[1:]}
             out["results"].setdefault(name, {})[ds] = r
             print(f"{name:8} {ds:9} read-hit top5 {100 * r['top5']:5.1f} ({r['top5_tokens']:.0f} tok)  selection "
                   f"{100 * r['selection']:5.1f} ({r['selection_tokens']:.0f} tok, +{r['selection_ms']:.1f} ms)  "
                   f"hit@5 {100 * r['hit@5']:5.1f} hit@20 {100 * r['hit@20']:5.1f}  {r['paired']}", flush=True)
+            for m, d in r["depth"].items():
+                print(f"{'':18} min_ratio {m}: selection {100 * d['selection']:5.1f} ({d['selection_tokens']:.0f} tok)")
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(json.dumps(out, indent=1))
     return 0
