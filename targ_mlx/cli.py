@@ -6,9 +6,8 @@ import argparse
 import json
 import logging
 import sys
-import uuid
 
-from targ_mlx._blas import bind_openblas
+from targ_mlx import bind_openblas
 from targ_mlx.defaults import (
     BIGGER_INDEX_HINT,
     DEFAULT_BETA,
@@ -18,9 +17,9 @@ from targ_mlx.defaults import (
     DEFAULT_TOP_K,
     PROMPT_STYLES,
 )
-from targ_mlx.errors import QuestionError
-from targ_mlx.flags import add_common_args, index_folders, open_index, settings_from_args
+from targ_mlx.errors import check_text, run_cli
 from targ_mlx.gates import SCORED_GATES
+from targ_mlx.session import Options, add_common_args, open_session
 
 logger = logging.getLogger(__name__)
 
@@ -52,34 +51,17 @@ def setup_arg_parser() -> argparse.ArgumentParser:
 
 
 def ask(args: argparse.Namespace) -> int:
-    bind_openblas()  # before the first import of mlx.core (the assistant's)
-    from targ_mlx.assistant import Assistant
-    from targ_mlx.config import load_config
-    from targ_mlx.runtime.backbone import load_backbone
-    from targ_mlx.runtime.model_spec import model_key
-
-    cfg = load_config(args.config).merged(model=args.model, db=args.db)
-    settings = settings_from_args(args, cfg, model_key(cfg.model))  # fails before the model loads
-    if args.chat and args.no_log:
-        raise QuestionError("--chat continues a chat saved in the decision log; drop --no-log")
-    log = None
-    if not args.no_log:
-        from targ_mlx.log.decisions import DecisionLog
-
-        log = DecisionLog(cfg.db)
-    history = chat_history(log, args.chat) if args.chat else []
-    bb = load_backbone(cfg.model)
-    chat = args.chat or uuid.uuid4().hex[:12]
-    assistant = Assistant(bb, open_index(index_folders(args.index, cfg.index), args.retriever), settings, log=log, source="ask",
-                          session=chat)
-    ans = assistant.answer(args.question, history=history)
-    if log is not None:  # the transcript, so `--chat ID` can continue it
-        log.add_message(chat, "user", ans.question)
-        log.add_message(chat, "assistant", ans.answer, assistant.last_decision_id)
+    bind_openblas()  # before the first import of mlx.core (the session's)
+    check_text(args.question)  # bad values are one line before the model loads
+    session = open_session(Options.from_args(args, log=not args.no_log, chat=args.chat))
+    for event in session.ask(args.question):  # drafted, searched, decided, text..., done
+        last = event
+    ans = last.answer
+    logged = session.log is not None
     if args.json:
         record = ans.to_dict()
         record["tau"] = record["tau"] if ans.gate in SCORED_GATES else None  # never/always: +-inf, not JSON
-        record["chat"] = chat if log is not None else None
+        record["chat"] = session.session if logged else None
         print(json.dumps(record, ensure_ascii=False))
         return 0
     print(ans.answer)
@@ -105,26 +87,14 @@ def ask(args: argparse.Namespace) -> int:
     if ans.searched and not ans.retrieved and ans.found:
         print("  searched, not read: " + "; ".join(f"[{p.score:.2f}] {p.title}" for p in ans.found[:3]),
               file=sys.stderr)
-    if log is not None:
-        print(f"  chat {chat}: continue with --chat {chat}", file=sys.stderr)
+    if logged:
+        print(f"  chat {session.session}: continue with --chat {session.session}", file=sys.stderr)
     return 0
-
-
-def chat_history(log, chat: str) -> list:
-    """The saved turns of chat `chat`; a clear error when the log has none."""
-    from targ_mlx.conversation import turns_from_messages
-
-    turns = turns_from_messages(log.messages(chat))
-    if not turns:
-        raise QuestionError(f"no chat {chat!r} in {log.path}; use the id `targ ask --json` printed as \"chat\" "
-                            "(and the same --db)")
-    return turns
 
 
 def main(argv: list[str] | None = None) -> int:
     # first, before anything loads mlx.core
     bind_openblas()
-    from targ_mlx.errors import run_cli
 
     return run_cli(setup_arg_parser(), dispatch, argv)
 

@@ -3,10 +3,12 @@
 Each message is one line naming the value and the fix.
 """
 
+import re
 import sys
 
 EXIT_ERROR = 2  # bad input or a named error: the same code argparse gives a bad flag
 EXIT_INTERRUPTED = 130
+_BAD_TEXT = re.compile("[\x00\ud800-\udfff]")
 
 
 class TargError(Exception):
@@ -27,6 +29,27 @@ class NoRetrieverError(TargError):
 
 class QuestionError(TargError, ValueError):
     """An empty question, or one that cannot fit the model's context window."""
+
+
+class BadTextError(QuestionError):
+    """Text no tokenizer or file system call can take: a lone surrogate or a NUL."""
+
+
+def check_text(text: str, what: str = "question") -> str:
+    """`text` unchanged, or `BadTextError` naming the first character the tokenizer cannot take.
+
+    A lone surrogate (U+D800-U+DFFF) is what invalid UTF-8 becomes in a Python string (argv and
+    file names decode with surrogateescape) and what a JSON escape like "\\ud800" decodes to; UTF-8
+    cannot encode it, so the tokenizer fails deep inside with a TypeError. NUL ends C strings.
+    """
+    bad = _BAD_TEXT.search(text)
+    if bad is not None:
+        code, at = ord(bad.group()), bad.start() + 1
+        if code == 0:
+            raise BadTextError(f"{what} holds a NUL character (U+0000) at character {at}: remove it")
+        raise BadTextError(f"{what} holds U+{code:04X} at character {at}, a lone surrogate (invalid UTF-8 "
+                           "or a broken \\u escape): send valid UTF-8 text")
+    return text
 
 
 def run_cli(parser, fn, argv: list[str] | None = None, **kw) -> int:

@@ -60,17 +60,18 @@ def index_folders(flag: list[str] | None, configured: str | None) -> list[str]:
     return flag or ([configured] if configured else [])
 
 
-def open_index(paths: list[str], retriever: str | None = None):
-    """A zero-argument loader for the retriever, so answers that skip retrieval never load it.
+def open_index(paths: list[str], retriever: str | None = None, quiet: bool = False):
+    """A zero-argument loader for the retriever, so answers that skip retrieval never load it
+    (the lazy index policy of `targ_mlx.session.open_session`).
 
     `retriever`: dense, bm25 or hybrid (None: `retriever_mode`'s choice: bm25 on BM25-only indexes,
-    hybrid on big ones with both parts, else dense)."""
+    hybrid on big ones with both parts, else dense). `quiet`: no progress bar while a build runs."""
 
     def load():
         from targ_mlx import index
         from targ_mlx.index.progress import ProgressBar
 
-        bar = ProgressBar()  # resumes an unfinished build of each index named, or builds the default
+        bar = None if quiet else ProgressBar()  # resumes an unfinished build of each index named, or builds the default
         return index.open_indexes([index.ensure_index(p, bar) for p in paths or [None]], retriever=retriever)
 
     return load

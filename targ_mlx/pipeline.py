@@ -18,7 +18,7 @@ from targ_mlx import conversation, gates, prompts, retrieval, selection
 from targ_mlx.runtime.backbone import Backbone
 from targ_mlx.conversation import Turn
 from targ_mlx.runtime.draft import Draft
-from targ_mlx.errors import QuestionError
+from targ_mlx.errors import QuestionError, check_text
 from targ_mlx.matching import says
 from targ_mlx.retrieval import Passage
 
@@ -45,6 +45,7 @@ def prepare(bb: Backbone, question: str, s: Any, history: Sequence[Turn] = ()) -
     q = (question or "").strip()
     if not q:
         raise QuestionError("empty question: type a question to answer")
+    check_text(q)
     if len(q) > MAX_QUESTION_CHARS:
         raise QuestionError(f"question is {len(q):,} characters; the limit is {MAX_QUESTION_CHARS:,}: shorten it")
     ids = prompt_ids(bb, q, s.prompt_style, history=history)

@@ -83,6 +83,11 @@ def test_bad_questions(assistant_factory):
         a.answer("why " * 10_000)
     with pytest.raises(QuestionError, match="context window"):
         a.answer("0123456789" * 1_900)  # digits tokenize one by one: ~19k tokens
+    # what the tokenizer cannot take (it raised TypeError): one line naming the character
+    with pytest.raises(QuestionError, match="U\\+D800 at character 5, a lone surrogate"):
+        a.answer("abc \ud800 def")
+    with pytest.raises(QuestionError, match="NUL"):
+        a.answer("abc \x00 def")
 
 
 def test_needs_index_error(assistant_factory):

@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -190,3 +191,25 @@ def test_targ_ask_binds_openblas_before_anything_loads_mlx():
     assert out.returncode == 0, out.stderr
     # bound (or found missing, or skipped) while nothing had loaded mlx.core yet
     assert out.stdout.strip() not in ("not attempted", "") and "imported before" not in out.stdout, out.stdout
+
+
+@pytest.mark.parametrize("bad, what", [(b"abc \xed\xa0\x80 def", "question holds U+DCED"),
+                                       (b"abc \xff def", "question holds U+DCFF")])
+def test_ask_refuses_text_that_is_not_utf8_in_one_line(tmp_path, bad, what):
+    """argv decodes invalid UTF-8 (here the bytes of a lone surrogate U+D800) to lone surrogates."""
+    import subprocess
+
+    r = subprocess.run([sys.executable, "-m", "targ_mlx.cli", "ask", bad, "--no-log"], capture_output=True,
+                       cwd=Path(__file__).resolve().parents[1], timeout=120)
+    err = r.stderr.decode()
+    assert r.returncode == 2 and err.startswith(f"error: {what}") and err.count("\n") == 1, err
+    assert "Traceback" not in err
+
+
+def test_ask_refuses_an_index_folder_name_that_is_not_utf8(tmp_path):
+    import subprocess
+
+    r = subprocess.run([sys.executable, "-m", "targ_mlx.cli", "ask", "hi", "--index", b"notes-\xff", "--no-log"],
+                       capture_output=True, cwd=Path(__file__).resolve().parents[1], timeout=120)
+    err = r.stderr.decode()
+    assert r.returncode == 2 and err.startswith("error: --index 'notes-\\udcff' holds U+DCFF") and err.count("\n") == 1

@@ -1,5 +1,7 @@
 """Sweep maths over hand-made records: no model."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -96,3 +98,30 @@ def test_report_keeps_the_throughput_of_the_run_that_made_records():
     assert _record_run({"run": timed, "runs": [made, timed]}) == made
     assert _record_run({"run": made}) == made
     assert _record_run({"run": timed}) == timed  # nothing better to show
+
+
+def test_the_report_names_a_gate_registered_after_import(tmp_path):
+    """A gate registered by a user (not in the report's own names) gets a row under its name, not a
+    KeyError; the records are the first 24 committed SmolLM2 NQ-Open records."""
+    import json as _json
+
+    from targ_mlx import gates
+    from targ_mlx.eval import report
+    from targ_mlx.gates.base import DRAFT, REGISTRY, Gate, GateParams
+    from targ_mlx.gates.paper import margin_score
+
+    class SharpMargin(Gate):
+        name, needs, default_tau = "sharp_margin", frozenset({DRAFT}), 0.5
+
+        def score(self, sig, p=GateParams()):
+            return margin_score(list(sig.gaps)[: p.k], 2 * p.beta)
+
+    records = Path(__file__).resolve().parents[1] / "results/smollm2-135m/seeded/nq_open/records.jsonl"
+    with open(records, encoding="utf-8") as f:
+        rows = [_json.loads(next(f)) for _ in range(24)]
+    gates.register(SharpMargin())
+    try:
+        report.write_all("t", rows, {}, tmp_path, n_boot=20, plots=False)
+    finally:
+        del REGISTRY["sharp_margin"]
+    assert "| Sharp margin |" in (tmp_path / "summary.md").read_text(encoding="utf-8")

@@ -4,6 +4,7 @@ the CPU kernels package stands alone, and the core never reaches up to the TUI o
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -107,12 +108,13 @@ LAYERS = (
     ("targ_mlx.config", "targ_mlx.log.store", "targ_mlx.runtime.model_files", "targ_mlx.runtime.model_spec",
      "targ_mlx.prompts", "targ_mlx.runtime.tokenizer", "targ_mlx.runtime.gguf", "targ_mlx.runtime.repack", "targ_mlx.index"),
     ("targ_mlx.settings", "targ_mlx.log.transcript", "targ_mlx.runtime.sampling", "targ_mlx.runtime.engine"),
+    ("targ_mlx.flags",),
     ("targ_mlx.log.decisions", "targ_mlx.runtime.backbone"),
     ("targ_mlx.runtime.draft", "targ_mlx.runtime.batch", "targ_mlx.log.calibration_rows", "targ_mlx.conversation"),
     ("targ_mlx.pipeline",),
     ("targ_mlx.runner",),
+    ("targ_mlx.session",),
     ("targ_mlx.assistant", "targ_mlx.eval", "targ_mlx.server"),
-    ("targ_mlx.flags",),
     ("targ_mlx.cli", "targ_mlx.calibrate", "targ_mlx.__main__", "targ_mlx.eval.__main__", "targ_mlx.index.__main__",
      "targ_mlx.runtime.native.__main__", "targ_mlx.server.__main__", "tui"),
 )
@@ -143,3 +145,60 @@ def test_no_import_from_a_lower_layer_back_up():
     up = [(m, d) for m, deps in graph.items() for d in deps
           if d not in _parents(m) and m not in CONSOLE_SCRIPT_HOLDERS and layer_of(d) > layer_of(m)]
     assert up == []
+
+
+# The faces parse, call the session and render: they import the session and the shared vocabulary
+# (records, errors, defaults, gate names) only, never the runtime, the index, the log or the runner.
+FACE_VOCABULARY = ("targ_mlx", "targ_mlx.session", "targ_mlx.errors", "targ_mlx.records", "targ_mlx.defaults",
+                   "targ_mlx.gates")
+
+
+def _imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module)
+    return {m for m in found if m.startswith("targ_mlx")}
+
+
+def _faces() -> dict[Path, tuple[str, ...]]:
+    """Each face's files and what else it may import (its own package)."""
+    faces = {p: () for p in (REPO / "tui").rglob("*.py")}
+    faces[REPO / "targ_mlx" / "cli.py"] = ("targ_mlx.server",)
+    faces |= {p: ("targ_mlx.server",) for p in (REPO / "targ_mlx" / "server").rglob("*.py")}
+    faces[REPO / "targ_mlx" / "eval" / "__main__.py"] = ("targ_mlx.eval", "targ_mlx.retrieval")
+    return faces
+
+
+def test_the_faces_import_only_the_session_and_the_vocabulary():
+    bad = {}
+    for path, own in _faces().items():
+        allowed = FACE_VOCABULARY + own
+        extra = {m for m in _imports(path) if m not in allowed and not m.startswith(tuple(a + "." for a in allowed[1:]))}
+        if extra:
+            bad[str(path.relative_to(REPO))] = sorted(extra)
+    assert bad == {}
+
+
+def test_the_chat_app_imports_at_most_six_targ_mlx_names():
+    lines = set()
+    for path in (REPO / "tui").rglob("*.py"):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            m = re.match(r"^\s*(from|import) targ_mlx[a-zA-Z_.]*", line)
+            if m:
+                lines.add(m.group())
+    assert len(lines) <= 6, sorted(lines)
+
+
+def test_no_face_probes_a_retriever_with_getattr():
+    """What faces know of an index is `targ_mlx.index.describe`'s (the session's `index`)."""
+    hits = []
+    for path in [*(REPO / "tui").rglob("*.py"), *(REPO / "targ_mlx").rglob("*.py")]:
+        if "index" in path.relative_to(REPO).parts[:2]:
+            continue
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if re.search(r"getattr\((self\.)?_?retriever\b|getattr\(current\b", line):
+                hits.append(f"{path.relative_to(REPO)}:{n}")
+    assert hits == []

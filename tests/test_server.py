@@ -110,6 +110,13 @@ def test_streaming_sends_deltas_then_the_decision_then_done(served, small_index_
     text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
     last = chunks[-1]
     assert last["choices"][0]["finish_reason"] in ("stop", "length") and "targ" in last and "usage" in last
+    # the decision streams first, before any answer text, and agrees with the final one
+    early = chunks[0]["targ"]
+    assert chunks[0]["choices"][0]["delta"]["content"] == ""
+    assert early["decision"]["gate"] == "evidence" and early["decision"]["searched"] is True
+    for name in ("score", "threshold", "read", "reason"):
+        assert early["decision"][name] == last["targ"]["decision"][name], name
+    assert [p["title"] for p in early["found"]] == [p["title"] for p in last["targ"]["found"]] and early["found"]
     plain = _ask(served.url, [{"role": "user", "content": q}]).json()
     assert text == plain["choices"][0]["message"]["content"]  # the same answer, streamed
 
@@ -192,6 +199,18 @@ def test_bad_requests_get_a_one_line_4xx_and_lose_nothing(served, log):
     assert log.count() == 0
     ok = _ask(served.url, [{"role": "user", "content": "who wrote hamlet"}])  # the server still answers
     assert ok.status_code == 200 and log.count() == 1
+
+
+@pytest.mark.parametrize("content", ["abc \\ud800 def", "abc \\u0000 def"])
+def test_text_the_tokenizer_cannot_take_is_a_one_line_400_without_a_traceback(served, log, caplog, content):
+    raw = ('{"messages": [{"role": "user", "content": "%s"}]}' % content).encode()
+    r = httpx.post(f"{served.url}/v1/chat/completions", content=raw, timeout=60,
+                   headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == "messages[0].content" and "U+" in err["message"] and "\n" not in err["message"]
+    assert [rec for rec in caplog.records if rec.levelno >= 40 or rec.exc_info] == []  # no traceback logged
+    assert log.count() == 0
 
 
 def test_a_full_queue_answers_503_with_retry_after(backbone, small_index_dir, log):

@@ -1,10 +1,11 @@
 """The chat app: streaming answers, a decision panel and sources for each, slash commands.
 
-`make_app(assistant)` wraps a ready `Assistant` (tests); `make_app(loader, log=...)` loads one in
-a worker while the screen shows progress (`python -m tui`). Generation runs in a thread worker
-that posts the cumulative answer text; Esc sets the cancel event the Assistant checks per token.
-Every answer goes through the Assistant's decision log; the transcript goes to the same
-database's `messages` table and the latest session is reloaded on start.
+`make_app(session)` wraps a ready `targ_mlx.session.Session` (tests); `make_app(loader)` opens one
+in a worker while the screen shows progress (`python -m tui`). Generation runs in a thread worker
+that loops over the session's events: the decision panel and the sources fill as the draft, the
+search and the gate's decision happen, then the answer streams; Esc sets the cancel event the
+runner checks per token. The session logs every decision and keeps the transcript; a new chat
+opens by default, and Ctrl+R reopens the latest one.
 """
 
 from __future__ import annotations
@@ -21,18 +22,14 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Label, ProgressBar, Static, TextArea
 
-from targ_mlx.assistant import Assistant
-from targ_mlx.config import Config, load_config
-from targ_mlx.conversation import turns_from_messages
-from targ_mlx.log.decisions import DecisionLog
+from targ_mlx.session import DecisionView, Done, Session, Text
 from tui import commands
-from tui.messages import AnswerDone, AnswerText, Loaded, LoadProgress
+from tui.messages import AnswerDone, AnswerEvent, AnswerText, Loaded, LoadProgress
 from tui.slash import SlashCommands
-from tui.tau_note import tau_note
-from tui.widgets import ChatLog, DecisionInfo, DecisionPanel, MessageView, PromptArea, SourcesPanel, StatusBar
+from tui.widgets import ChatLog, DecisionPanel, MessageView, PromptArea, SourcesPanel, StatusBar
 
-# loader(progress) -> (assistant, index label, notice); progress(stage, done, total)
-Loader = Callable[[Callable[..., None]], "tuple[Assistant, str, str]"]
+# loader(progress) -> Session (`targ_mlx.session.open_session`); progress(stage, done, total)
+Loader = Callable[[Callable[..., None]], Session]
 
 class ChatApp(SlashCommands, App):
     CSS_PATH = "app.tcss"
@@ -43,19 +40,20 @@ class ChatApp(SlashCommands, App):
         Binding("f3", "feedback('wrong')", "Wrong"),
         Binding("f4", "copy_answer", "Copy"),
         Binding("ctrl+n", "new_chat", "New chat"),
+        Binding("ctrl+r", "last_chat", "Last chat"),
     ]
 
-    def __init__(self, assistant: Assistant | None = None, *, loader: Loader | None = None,
-                 log: DecisionLog | None = None, config: Config | None = None, config_path: str | None = None,
-                 index_label: str = "", resume: bool = True):
+    def __init__(self, assistant: Session | None = None, *, loader: Loader | None = None,
+                 log=None, config=None, config_path: str | None = None,
+                 index_label: str = "", resume: bool = False):
         super().__init__()
         if (assistant is None) == (loader is None):
-            raise ValueError("pass either a ready Assistant or a loader, not both or neither")
-        self.assistant = assistant
+            raise ValueError("pass either a ready Session or a loader, not both or neither")
+        self.assistant = assistant  # the Session, once loaded
         self._loader = loader
-        self.decisions = log if log is not None else getattr(assistant, "log", None)
+        self.decisions = log if log is not None else assistant.log if assistant is not None else None
         self.config_path = config_path
-        self.config = config if config is not None else load_config(config_path)
+        self.config = config
         self.index_label = index_label
         self.resume = resume
         self.session = uuid.uuid4().hex[:12]
@@ -63,7 +61,8 @@ class ChatApp(SlashCommands, App):
         self.cancel_event: threading.Event | None = None
         self.generating = False
         self._view: MessageView | None = None  # the answer being streamed
-        self._infos: dict[int, DecisionInfo] = {}  # live answers keep passage text; rows do not
+        self._infos: dict[int, DecisionView] = {}  # live answers keep passage text; rows do not
+        self._live: DecisionView | None = None  # the answer being decided and streamed
         self.answered = self.retrieved = 0
         self.stream_updates = 0  # AnswerText messages shown (coalesced ones count once)
 
@@ -88,10 +87,6 @@ class ChatApp(SlashCommands, App):
         self.query_one("#decision").border_title = "decision"
         self.query_one("#sources").border_title = "sources"
         self.query_one("#prompt").border_title = "ask (Enter sends, Ctrl+J new line, /help)"
-        if self.decisions is not None and self.resume:
-            found = self.decisions.sessions()
-            if found:
-                self._load_session(found[0].session)
         if self.assistant is not None:
             self._use_assistant(self.assistant)
         else:
@@ -135,8 +130,8 @@ class ChatApp(SlashCommands, App):
             self.post_message(LoadProgress(stage, done, total))
 
         try:
-            assistant, label, notice = self._loader(progress)
-            self.post_message(Loaded(assistant, notice=notice, label=label))
+            session = self._loader(progress)
+            self.post_message(Loaded(session, notice=session.notice, label=session.index_label))
         except Exception as e:  # shown on screen; the app stays open for /model or /index
             self.post_message(Loaded(None, e))
 
@@ -159,11 +154,15 @@ class ChatApp(SlashCommands, App):
             self.notify(event.notice, severity="warning", timeout=10)
         self._use_assistant(event.assistant)
 
-    def _use_assistant(self, assistant: Assistant) -> None:
-        self.assistant = assistant
-        assistant.attach(source="chat", session=self.session, log=self.decisions if assistant.log is None else None,
-                         config=self.config, config_path=self.config_path)
+    def _use_assistant(self, session: Session) -> None:
+        self.assistant = session
+        session.attach(source="chat", session=self.session, log=self.decisions if session.log is None else None,
+                       config=self.config, config_path=self.config_path)
+        self.decisions = session.log
+        self.config = session.config
         self.query_one("#loading").add_class("-hidden")
+        if self.resume:
+            self.action_last_chat()
         self._status()
 
     # -- status --------------------------------------------------------------------------
@@ -176,19 +175,21 @@ class ChatApp(SlashCommands, App):
             model=a.backbone.model_id if a else "loading", index=index, gate=s.gate if s else "-",
             tau=s.tau if s and s.scored else None, k=s.k if s else 0,
             retrieved=self.retrieved, answered=self.answered,
-            state=state or ("generating…" if self.generating else ""), tau_note=tau_note(a, self.decisions),
+            state=state or ("generating…" if self.generating else ""), tau_note=a.tau_note() if a else "",
             history_tokens=s.history_tokens if s else None)
 
     # -- history -------------------------------------------------------------------------
 
     def _load_session(self, session: str) -> None:
+        messages = self.assistant.resume_chat(session)
         self.session = session
         chat = self.query_one(ChatLog)
+        chat.remove_children()
         last = None
-        for m in self.decisions.messages(session):
+        for m in messages:
             view = chat.add(m.role, m.text, m.decision_id)
             if m.decision_id is not None:
-                info = self._infos[m.decision_id] = DecisionInfo.from_row(self.decisions.get(m.decision_id))
+                info = self._infos[m.decision_id] = DecisionView.from_row(self.decisions.get(m.decision_id))
                 view.sources = info.passages if info.retrieved else ()
                 view.note = "(stopped)" if info.finish == "cancelled" else ""
                 last = view
@@ -210,6 +211,17 @@ class ChatApp(SlashCommands, App):
         self.query_one(SourcesPanel).show((), retrieved=False)
         self._status()
         self.query_one(PromptArea).focus()
+
+    def action_last_chat(self) -> None:
+        """Reopen the latest chat (of this app, not a `targ ask`) other than the current one."""
+        if self.generating or self.assistant is None or self.decisions is None:
+            return
+        found = [c.session for c in self.decisions.sessions(source="chat") if c.session != self.session]
+        if not found:
+            self.notify("no earlier chat in the log", severity="warning")
+            return
+        self._load_session(found[0])
+        self._status()
 
     # -- asking --------------------------------------------------------------------------
 
@@ -233,25 +245,33 @@ class ChatApp(SlashCommands, App):
         self.query_one(PromptArea).clear()
         chat = self.query_one(ChatLog)
         chat.add("user", event.text)
-        history = []
-        if self.decisions is not None:  # the conversation so far, from the transcript in the log
-            history = turns_from_messages(self.decisions.messages(self.session))
-            self.decisions.add_message(self.session, "user", event.text)
         self._view = chat.add("assistant")
         self.cancel_event = threading.Event()
         self.generating = True
+        s = self.assistant.settings
+        self._live = DecisionView.start(s.gate, s.k, self.assistant.backbone.model_id)
+        self._show(self._live)
         self._status()
-        self.generate(event.text, self.cancel_event, history)
+        self.generate(event.text, self.cancel_event)
 
     @work(thread=True, exclusive=True, group="generate")
-    def generate(self, question: str, cancel: threading.Event, history=()) -> None:
+    def generate(self, question: str, cancel: threading.Event) -> None:
+        session = self.assistant
         try:
-            ans = self.assistant.answer(question, history=history, cancel=cancel,
-                                        on_text=lambda t: self.post_message(AnswerText(t)))
+            for ev in session.ask(question, cancel=cancel):  # the transcript and the log: the session's
+                if isinstance(ev, Text):
+                    self.post_message(AnswerText(ev.text))
+                elif isinstance(ev, Done):
+                    self.post_message(AnswerDone(ev.answer, session.last_decision_id if session.log else None))
+                else:
+                    self.post_message(AnswerEvent(ev))
         except Exception as e:  # e.g. a QuestionError or a missing index: shown in the chat
             self.post_message(AnswerDone(None, None, e))
-            return
-        self.post_message(AnswerDone(ans, self.assistant.last_decision_id if self.assistant.log else None))
+
+    def on_answer_event(self, event: AnswerEvent) -> None:
+        if self._live is not None and self.generating:
+            self._live = self._live.after(event.event)
+            self._show(self._live)
 
     def on_answer_text(self, event: AnswerText) -> None:
         if self._view is not None and self.generating:
@@ -262,6 +282,7 @@ class ChatApp(SlashCommands, App):
     def on_answer_done(self, event: AnswerDone) -> None:
         view, self._view, self.generating = self._view, None, False
         if event.error is not None:
+            self._live = None
             view.set_text("", note=f"error: {event.error}")
             self._status()
             return
@@ -270,9 +291,8 @@ class ChatApp(SlashCommands, App):
         view.set_text(ans.answer, note=note)
         view.decision_id = did
         view.set_sources(ans.passages if ans.retrieved else ())
-        if self.decisions is not None:
-            self.decisions.add_message(self.session, "assistant", ans.answer, did)
-        info = DecisionInfo.from_answer(ans, did)
+        self._live = None
+        info = DecisionView.from_answer(ans, did)
         if did is not None:
             self._infos[did] = info
         self.answered += 1
@@ -288,16 +308,20 @@ class ChatApp(SlashCommands, App):
 
     # -- decision and sources ------------------------------------------------------------
 
-    def _show(self, info: DecisionInfo | None) -> None:
+    def _show(self, info: DecisionView | None) -> None:
         self.query_one(DecisionPanel).show(info)
-        self.query_one(SourcesPanel).show(info.passages if info else (), retrieved=bool(info and info.retrieved))
+        sources = self.query_one(SourcesPanel)
+        if info is None:
+            sources.show((), retrieved=False)
+        else:
+            sources.show_view(info)
 
     def _show_decision(self, decision_id: int | None) -> None:
         if decision_id is None or self.decisions is None:
             return
         info = self._infos.get(decision_id)
         if info is None:
-            info = self._infos[decision_id] = DecisionInfo.from_row(self.decisions.get(decision_id))
+            info = self._infos[decision_id] = DecisionView.from_row(self.decisions.get(decision_id))
         self._show(info)
 
     def on_message_view_selected(self, event: MessageView.Selected) -> None:
@@ -329,24 +353,23 @@ class ChatApp(SlashCommands, App):
         self.notify("answer copied")
 
 
-def make_app(assistant_or_loader: Assistant | Loader, *, log: DecisionLog | None = None,
-             config: Config | None = None, config_path: str | None = None, index_label: str = "",
-             resume: bool = True) -> ChatApp:
-    """The chat app around a ready `Assistant`, or around a loader run in a worker at start.
+def make_app(session_or_loader: Session | Loader, *, log=None, config=None, config_path: str | None = None,
+             index_label: str = "", resume: bool = False) -> ChatApp:
+    """The chat app around a ready `Session`, or around a loader run in a worker at start.
 
     Args:
-        assistant_or_loader: an `Assistant` (its `log` is used when `log` is None), or a callable
-            `loader(progress) -> (Assistant, index label, notice)`, where `progress(stage, done=0,
-            total=0)` reports loading and a non-empty notice is shown as a warning.
+        session_or_loader: a `Session` (its `log` is used when `log` is None), or a callable
+            `loader(progress) -> Session` (`open_session`), where `progress(stage, done=0, total=0)`
+            reports loading; the session's non-empty `notice` is shown as a warning.
         log: the decision log; its `messages` table holds the chat history.
         config / config_path: thresholds per model and gate (`/gate`, `/model`); `/recalibrate`
             writes tau to `config_path` (default: the user config file).
         index_label: how the status bar names the index.
-        resume: reopen the latest session from the log (default True).
-    The app sets the Assistant's `session` and `source="chat"`.
+        resume: reopen the latest chat from the log (default False: a new chat; Ctrl+R reopens it).
+    The app sets the session's chat id and `source="chat"`.
     """
-    if isinstance(assistant_or_loader, Assistant):
-        return ChatApp(assistant_or_loader, log=log, config=config, config_path=config_path,
+    if isinstance(session_or_loader, Session):
+        return ChatApp(session_or_loader, log=log, config=config, config_path=config_path,
                        index_label=index_label, resume=resume)
-    return ChatApp(loader=assistant_or_loader, log=log, config=config, config_path=config_path,
+    return ChatApp(loader=session_or_loader, log=log, config=config, config_path=config_path,
                    index_label=index_label, resume=resume)

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from targ_mlx.defaults import DEFAULT_GATE
 from targ_mlx.gates import GATES
 
 
@@ -18,17 +19,18 @@ from targ_mlx.gates import GATES
 # the app's keys, for /help
 KEYS = (("Enter", "send"), ("Ctrl+J / Alt+Enter", "new line"), ("Tab", "complete a /command"),
         ("Esc", "stop the answer"), ("F2 / F3", "mark the answer correct / wrong"), ("F4", "copy the answer"),
-        ("Ctrl+N", "new chat"), ("Ctrl+P", "command palette"), ("Ctrl+Q", "quit"))
+        ("Ctrl+N", "new chat"), ("Ctrl+R", "reopen the last chat"), ("Ctrl+P", "command palette"), ("Ctrl+Q", "quit"))
 
 # name -> (usage, help); the order is the order of /help and of the command palette
 COMMANDS: dict[str, tuple[str, str]] = {
-    "gate": ("/gate entropy|margin|variance|never|always", "choose the retrieval gate"),
+    "gate": ("/gate " + "|".join(GATES), f"choose the retrieval gate (default {DEFAULT_GATE})"),
     "tau": ("/tau X", "retrieve iff U > X"),
     "budget": ("/budget RHO", "set tau so that a fraction RHO of logged questions retrieve"),
     "k": ("/k N", "draft length in tokens for the gate"),
     "recalibrate": ("/recalibrate [RHO]", "fit tau from the log: accuracy if labelled, else a budget"),
     "model": ("/model SPEC", "load another model (alias, .gguf path or mlx-lm repo id)"),
-    "index": ("/index [add] DIR", "open another index folder; with add, search it beside the open ones"),
+    "index": ("/index [add] DIR", "open another index folder (an unfinished build resumes); with add, search "
+                                  "it beside the open ones"),
     "export": ("/export [FILE]", "write this chat to Markdown"),
     "new": ("/new", "start a new chat"),
     "help": ("/help", "list commands and keys"),

@@ -18,6 +18,14 @@ class AnswerText(Message):
         return isinstance(message, AnswerText)
 
 
+class AnswerEvent(Message):
+    """A runner event before the answer's text: drafted, searched, decided."""
+
+    def __init__(self, event):
+        super().__init__()
+        self.event = event
+
+
 class AnswerDone(Message):
     def __init__(self, answer: Answer | None, decision_id: int | None, error: Exception | None = None):
         super().__init__()
@@ -38,7 +46,7 @@ class LoadProgress(Message):
 
 
 class Loaded(Message):
-    """The loader finished: an Assistant, or the error that stopped it (`notice`: a non-fatal one)."""
+    """The loader finished: a Session, or the error that stopped it (`notice`: a non-fatal one)."""
 
     def __init__(self, assistant=None, error: Exception | None = None, notice: str = "", label: str = ""):
         super().__init__()

@@ -1,5 +1,5 @@
 """The chat app's slash commands: each `/name value` runs `_cmd_name(value)`, mostly one call on
-the `Assistant` (`configure`, `set_gate`, `budget`, `recalibrate`, `reload_model`, `open_index`).
+the `Session` (`configure`, `set_gate`, `budget`, `recalibrate`, `reload_model`, `open_index`).
 
 A mixin of `ChatApp` (it uses the app's `assistant`, `decisions`, `notify` and workers); parsing,
 completion and help text are in `commands.py`.
@@ -76,19 +76,31 @@ class SlashCommands:
         self.call_from_thread(self._status)
 
     def _cmd_index(self, arg: str) -> None:
-        """`/index DIR` opens DIR instead; `/index add DIR` searches DIR beside the open indexes."""
+        """`/index DIR` opens DIR instead; `/index add DIR` searches DIR beside the open indexes.
+        Either is searched as the session searches (its retriever mode), an unfinished build of it
+        resumed first, in a worker."""
         if self.generating or self.assistant is None:
             raise commands.CommandError("wait for the current answer or load to finish first")
         head, _, rest = arg.partition(" ")
         add = head == "add" and bool(rest.strip())
-        folder = rest.strip() if add else arg
+        self.open_index(rest.strip() if add else arg, add)
+
+    @work(thread=True, exclusive=True, group="load")
+    def open_index(self, folder: str, add: bool) -> None:
+        def progress(done: int, total: int) -> None:
+            self.post_message(LoadProgress(f"index {folder} building", done, total))
+
         try:
-            retriever = self.assistant.open_index(folder, add=add)
+            self.assistant.open_index(folder, add=add, progress=progress)
         except Exception as e:
-            raise commands.CommandError(f"could not open index {folder}: {e}") from None
-        paths = getattr(retriever, "paths", [Path(folder)])
-        self.index_label = " + ".join(p.name for p in paths)
-        self.notify(f"index {' + '.join(map(str, paths))} opened ({len(retriever):,} vectors)")
+            self.call_from_thread(self.notify, f"could not open index {folder}: {e}", severity="error", timeout=10)
+            self.call_from_thread(self._status)
+            return
+        opened = self.assistant.index
+        self.index_label = " + ".join(p.name for p in opened.paths)
+        self.call_from_thread(self.notify, f"index {' + '.join(map(str, opened.paths))} opened "
+                                           f"({opened.size:,} passages, {opened.mode})")
+        self.call_from_thread(self._status)
 
     def _cmd_export(self, target: str | None) -> None:
         if self.decisions is None:

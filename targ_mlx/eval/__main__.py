@@ -16,8 +16,10 @@ from targ_mlx import bind_openblas
 
 bind_openblas()  # an entry point: bind before the imports below load mlx.core
 from targ_mlx.eval.datasets import DATASETS, DEFAULT_LIMIT, dataset_name, load_hf, max_tokens_for, read_jsonl, sample
-from targ_mlx.eval.record import DEFAULT_CONTEXT_TOKENS, DEFAULT_K, RecordSettings
+from targ_mlx.eval.record import DEFAULT_CONTEXT_TOKENS, DEFAULT_K, EVAL_PROMPT, K_MAX, RecordSettings
 from targ_mlx.eval.run import DEFAULT_BATCH, DEFAULT_LATENCY_SAMPLE
+from targ_mlx.defaults import (DEFAULT_BETA, DEFAULT_N_SAMPLES, DEFAULT_READ, DEFAULT_TEMPERATURE, DEFAULT_TOP_K,
+                               PROMPT_STYLES, READ_MODES)
 from targ_mlx.retrieval import RETRIEVER_HELP, RETRIEVERS
 
 logger = logging.getLogger(__name__)
@@ -38,16 +40,16 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=None, help="alias (qwen2.5-coder-1.5b, smollm2-135m), .gguf path, MLX folder or mlx-lm "
                    "repo id (default: the model of the records already in --output-dir, else the 1.5B where installed)")
     p.add_argument("--output-dir", required=True, help="where records, tables and plots go (one subfolder per dataset when several)")
-    p.add_argument("--prompt", choices=("paper", "short"), default="short", help="prompt style (default short: few-shot short answers)")
+    p.add_argument("--prompt", choices=PROMPT_STYLES, default=EVAL_PROMPT, help=f"prompt style (default {EVAL_PROMPT}: few-shot short answers)")
     p.add_argument("--k", type=int, default=DEFAULT_K, help=f"prefix length of the headline table (default {DEFAULT_K})")
-    p.add_argument("--k-max", type=int, default=40, help="longest draft recorded; k in {5,10,20,30,40} read its prefixes (default 40)")
-    p.add_argument("--n-samples", type=int, default=5, help="variance gate: sampled prefixes N (default 5)")
-    p.add_argument("--temp", type=float, default=0.7, help="variance gate temperature (default 0.7)")
-    p.add_argument("--beta", type=float, default=3.0, help="margin link temperature (default 3)")
-    p.add_argument("--top-k", type=int, default=5, help="passages retrieved (default 5)")
-    p.add_argument("--read", choices=("passages", "sentences"), default="passages",
-                   help="what the Always branch reads: the top-K passages (default), or the selected sentences of "
-                        "the search's top 20 in the same budget (records' always.read, always.read_hit)")
+    p.add_argument("--k-max", type=int, default=K_MAX, help=f"longest draft recorded; k in {{5,10,20,30,40}} read its prefixes (default {K_MAX})")
+    p.add_argument("--n-samples", type=int, default=DEFAULT_N_SAMPLES, help=f"variance gate: sampled prefixes N (default {DEFAULT_N_SAMPLES})")
+    p.add_argument("--temp", type=float, default=DEFAULT_TEMPERATURE, help=f"variance gate temperature (default {DEFAULT_TEMPERATURE})")
+    p.add_argument("--beta", type=float, default=DEFAULT_BETA, help=f"margin link temperature (default {DEFAULT_BETA:g})")
+    p.add_argument("--top-k", type=int, default=DEFAULT_TOP_K, help=f"passages retrieved (default {DEFAULT_TOP_K})")
+    p.add_argument("--read", choices=READ_MODES, default=DEFAULT_READ,
+                   help=f"what the Always branch reads: the top-K passages (default {DEFAULT_READ}), or the selected "
+                        "sentences of the search's top 20 in the same budget (records' always.read, always.read_hit)")
     p.add_argument("--context-tokens", type=int, default=DEFAULT_CONTEXT_TOKENS,
                    help=f"context budget L_ctx (default {DEFAULT_CONTEXT_TOKENS})")
     p.add_argument("--max-tokens", type=int, help="answer cap (default 32; 50 for musique)")
@@ -119,9 +121,11 @@ def _versions() -> dict:
     return v
 
 
-def evaluate_dataset(name, items, args, out: Path, bb, retriever, log, session, pool: int | None = None) -> dict:
-    from targ_mlx.config import default_model
+def evaluate_dataset(name, items, args, out: Path, bb, retriever, log, session, pool: int | None = None,
+                     opened=None) -> dict:
+    """`opened`: the session's `index` (what the log and config.json name), None for --report-only."""
     from targ_mlx.eval import report
+    from targ_mlx.session import default_model
     from targ_mlx.eval.record import fill_scores
     from targ_mlx.eval.run import in_item_order, latency_items, read_jsonl, run_latency, run_records, write_jsonl
 
@@ -147,7 +151,7 @@ def evaluate_dataset(name, items, args, out: Path, bb, retriever, log, session, 
 
         reuse = _reusable(args.reuse_records, name, out, s, bb.model_id)
         records = run_records(bb, retriever, items, s, out, args.batch_size, _bar(f"{name} records", args.quiet),
-                              log=log, log_k=args.k, session=session, index_id=getattr(retriever, "manifest_id", None),
+                              log=log, log_k=args.k, session=session, index_id=opened.manifest_id if opened else None,
                               after_batch=time_some, reuse=reuse)
         _fill_hits(out, records, items, retriever, s.top_k)
         rec_s = time.perf_counter() - t0 - lat_s[0]
@@ -172,11 +176,11 @@ def evaluate_dataset(name, items, args, out: Path, bb, retriever, log, session, 
     config = {"dataset": name, "n_items": len(items), "args": {**vars(args), "split_pool": pool},
               "settings": asdict(s), "versions": _versions(), "model": bb.model_id if bb is not None else (args.model or "smollm2-135m"),
               "index": str(args.index), "run": run_info,
-              **(_corpus_info(retriever) if retriever else _corpus_info_from({"index": args.index})),
+              **(_corpus_info(opened) if retriever else _corpus_info_from({"index": args.index})),
               "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
     nothing_new = not args.report_only and not run_info["records_new"] and not run_info["latency_new"]
     if prev.is_file() and (args.report_only or nothing_new):  # keep the settings the records were made with
-        found = _corpus_info_from(old) or (_corpus_info(retriever) if nothing_new else {})
+        found = _corpus_info_from(old) or (_corpus_info(opened) if nothing_new else {})
         config = {**old, **found, "report_date": config["date"], "versions": config["versions"]}
     elif prev.is_file():  # a resumed run: keep every run's throughput (a first run's is only in "run")
         config["runs"] = (old.get("runs") or ([old["run"]] if old.get("run") else [])) + [run_info]
@@ -231,11 +235,12 @@ def _fill_hits(out: Path, records: list[dict], items, retriever, top_k: int) -> 
     write_jsonl(out / RECORDS, rows)
 
 
-def _corpus_info(retriever) -> dict:
+def _corpus_info(opened) -> dict:
+    """From the session's `index` (what `targ_mlx.index.describe` says of it), or None."""
     from targ_mlx.eval.report import corpus_regime
 
-    corpora = list(getattr(retriever, "manifest", {}).get("build", {}).get("corpora", [])) if retriever else []
-    mode = getattr(retriever, "mode", "dense")  # a HybridRetriever says bm25 or hybrid
+    corpora = list(opened.corpora) if opened is not None else []
+    mode = opened.mode if opened is not None else "dense"  # bm25 or hybrid where searched so
     return {"corpora": corpora, "corpus_regime": corpus_regime(corpora), "retriever": mode} if corpora else {}
 
 
@@ -275,7 +280,7 @@ def _resumed_model(args, outs: list[Path]) -> str | None:
     the cell (its dev/test statistics would mix two models), so a --model other than the
     recorded one is refused with the fix.
     """
-    from targ_mlx.runtime.model_spec import model_key
+    from targ_mlx.session import model_key
 
     recorded = {}
     for out in outs:
@@ -315,29 +320,24 @@ def run(args) -> int:
     outs = {name: root if len(named) == 1 else root / name for name, _ in named}
     pools = {name: _split_pool(args, out) for name, out in outs.items()}
     sets = [(name, sample(items, args.limit or None, args.seed, pools[name])) for name, items in named]
-    bb = retriever = log = None
+    bb = retriever = log = opened = None
     session = f"eval-{uuid.uuid4().hex[:8]}"
     if not args.report_only:
-        from targ_mlx import index
-        from targ_mlx.config import default_model
-        from targ_mlx.index.progress import ProgressBar
-        from targ_mlx.runtime.backbone import load_backbone
+        from targ_mlx.session import Options, default_model, open_session
 
         # an interrupted build of the index (default or --index) is resumed, not refused
-        folder = str(index.ensure_index(args.index, None if args.quiet else ProgressBar()))
-        args.index = folder
-        args.retriever = args.retriever or _resumed_retriever(root, [n for n, _ in sets])
-        retriever = index.open_indexes([folder], retriever=args.retriever)
+        retriever_mode = args.retriever or _resumed_retriever(root, [n for n, _ in sets])
         args.model = _resumed_model(args, list(outs.values()))
-        bb = load_backbone(args.model or default_model(), huge_pages="collapse")  # runs for hours
-        if args.db:
-            from targ_mlx.log.decisions import DecisionLog
-
-            log = DecisionLog(args.db)
+        opened_session = open_session(Options(
+            model=args.model or default_model(), index=(args.index,) if args.index else (), retriever=retriever_mode,
+            db=args.db, log=bool(args.db), source="eval", long_running=True, index_when="eager", quiet=args.quiet))
+        bb, retriever, log, opened = (opened_session.backbone, opened_session.retriever, opened_session.log,
+                                      opened_session.index)
+        args.index, args.retriever = str(opened.paths[0]), retriever_mode
     summaries = {}
     for name, items in sets:
         out = outs[name]
-        summaries[name] = evaluate_dataset(name, items, args, out, bb, retriever, log, session, pools[name])
+        summaries[name] = evaluate_dataset(name, items, args, out, bb, retriever, log, session, pools[name], opened)
         print((out / "summary.md").read_text(encoding="utf-8"))
     if len(sets) > 1:
         from targ_mlx.eval import report

@@ -18,16 +18,15 @@ from targ_mlx.eval import baselines as bl
 from targ_mlx.eval import sweep
 from targ_mlx.eval.metrics import bootstrap_ci
 from targ_mlx.eval.sweep import Point, Signals
+from targ_mlx.eval.formats import auc as _auc
+from targ_mlx.eval.formats import ci as _ci
+from targ_mlx.eval.formats import label as gate_label
+from targ_mlx.eval.formats import pct as _pct
+from targ_mlx.eval.overview import overview_table, transfer_table  # noqa: F401  (re-exported)
 from targ_mlx.gates import scored_names
 
-NAMES = {"never": "Never", "always": "Always", "entropy": "Entropy", "margin": "Margin", "variance": "Variance",
-         "evidence": "Evidence (search first)", **bl.LABELS}
 CSV_FIELDS = ("method", "k", "tau", "em", "f1", "acc", "rate", "dlat", "tok_draft", "tok_ctx", "tok_out", "tokens",
               "used_ctx", "n")
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None or not np.isfinite(x) else f"{100 * x:.1f}"
 
 
 def _lat(p: Point) -> str:
@@ -42,7 +41,7 @@ def _tau(p: Point) -> str:
 
 def _row(p: Point, label: str | None = None) -> str:
     tok = f"{p.tok_draft:.1f} / {p.tok_ctx:.0f} / {p.tok_out:.1f}"
-    return (f"| {label or NAMES.get(p.method, p.method)} | {_tau(p)} | {_pct(p.em)} / {_pct(p.f1)} | {_pct(p.acc)} | "
+    return (f"| {label or gate_label(p.method)} | {_tau(p)} | {_pct(p.em)} / {_pct(p.f1)} | {_pct(p.acc)} | "
             f"{p.rate:.3f} | {_lat(p)} | {tok} |")
 
 
@@ -79,16 +78,6 @@ REGIME_TEXT = {"seeded": "**seeded** — includes passages selected for the eval
                "clean": "**clean** — no passages selected per evaluated question",
                "large": "**large** — general slices of Wikipedia (whole articles, none selected per evaluated "
                         "question) beside the Vital leads"}
-
-
-def _ci(ci) -> str:
-    est, lo, hi = ci
-    return f"{100 * est:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]"
-
-
-def _auc(ci) -> str:
-    est, lo, hi = ci
-    return "-" if not np.isfinite(est) else f"{est:.2f} [{lo:.2f}, {hi:.2f}]"
 
 
 def _verdict_lines(v: an.Verdict) -> list[str]:
@@ -178,7 +167,7 @@ def render(name: str, sig: Signals, a: an.Analysis, points, never: Point, always
         lines += [f"## Never-RAG {an.LABEL[m]} by U decile (k = {k}; low U first)", "",
                   "| Gate | " + " | ".join(f"D{i + 1}" for i in range(10)) + " |", "|---" * 11 + "|"]
         for g, dec in a.deciles[m].items():
-            lines.append(f"| {NAMES[g]} | " + " | ".join(_pct(x) for _, _, x in dec) + " |")
+            lines.append(f"| {gate_label(g)} | " + " | ".join(_pct(x) for _, _, x in dec) + " |")
         lines += [""]
     return "\n".join(lines)
 
@@ -192,7 +181,7 @@ def _table1(a: an.Analysis, never: Point, always: Point, m: str) -> list[str]:
              _row(never) + " | |", _row(always) + " | |"]
     for g, p, c in a.table1[m]:
         if p is None:
-            lines.append(f"| {NAMES[g]} | no point in 5–30% | | | | | | | |")
+            lines.append(f"| {gate_label(g)} | no point in 5–30% | | | | | | | |")
         else:
             lines.append(_row(p) + f" {_pct(c.random.expected)} [{_pct(c.random.lo)}, {_pct(c.random.hi)}] | "
                          f"{_pct(c.oracle)} |")
@@ -220,7 +209,7 @@ def _baselines(never: Point, always: Point, base_points) -> list[str]:
     lines = ["## Baselines at their default θ (strict budget: ≤ 1 retrieval, ≤ 1 reflection per query)", "", HEADER,
              _row(never), _row(always)]
     for p in bl.default_rows(base_points):
-        label = f"{NAMES[p.method]} (θ={p.tau:g})" + (f", context used {p.used_ctx:.3f}" if p.used_ctx is not None else "")
+        label = f"{gate_label(p.method)} (θ={p.tau:g})" + (f", context used {p.used_ctx:.3f}" if p.used_ctx is not None else "")
         if p.method == "skr":
             label += f", test split n={p.n}"
         lines.append(_row(p, label))
@@ -251,7 +240,7 @@ def _calibration(cal, dev, test) -> list[str]:
              "|---|---|---|---|---|---|---|---|"]
     for g, rows in cal.items():
         for c in rows:
-            lines.append(f"| {NAMES[g]} | {c.rho:g} | {c.tau:.4g} | {c.dev_rate:.3f} | {_pct(c.dev_em)} / {_pct(c.dev_acc)} | "
+            lines.append(f"| {gate_label(g)} | {c.rho:g} | {c.tau:.4g} | {c.dev_rate:.3f} | {_pct(c.dev_em)} / {_pct(c.dev_acc)} | "
                          f"{c.test.rate:.3f} | {_pct(c.test.em)} / {_pct(c.test.f1)} / {_pct(c.test.acc)} | "
                          f"{'-' if c.test.dlat is None else f'{c.test.dlat:+.3f}'} |")
     return lines + [""]
@@ -306,7 +295,7 @@ def _cis(sig: Signals, a: an.Analysis, n_boot: int, seed: int) -> list[str]:
         for g, p, _ in a.table1[m]:
             if p is not None:
                 v = sweep.correct_vector(sig, sig.u[g][a.k] > p.tau, m)
-                lines.append(_ci_line(f"{NAMES[g]} k={a.k} τ={p.tau:.3g}", v, n_boot, seed))
+                lines.append(_ci_line(f"{gate_label(g)} k={a.k} τ={p.tau:.3g}", v, n_boot, seed))
         lines += [""]
     return lines
 
@@ -378,55 +367,3 @@ def _question_vectors(records: Sequence[dict], config: dict | None) -> np.ndarra
 
         logging.getLogger(__name__).warning("SKR skipped: cannot encode questions (%s)", e)
         return None
-
-
-def transfer_table(summaries: dict[str, dict], k: int = 20) -> str:
-    """Cross-dataset tau transfer (margin gate), per metric: each source's best tau applied to each target."""
-    lines = [f"# Cross-dataset τ transfer (margin, k = {k}; the source's best τ applied zero-shot)", ""]
-    for m in an.METRICS:
-        lab = an.LABEL[m]
-        lines += [f"## {lab}", "", f"| Source → target | τ | Transferred {lab} (%) | Re-tuned {lab} (%) | Δ |",
-                  "|---|---|---|---|---|"]
-        for src, s in summaries.items():
-            tau = (s.get("best_margin_tau") or {}).get(m)
-            if tau is None:
-                continue
-            for dst, d in summaries.items():
-                if dst == src or "signals" not in d or d["signals"].n == 0:
-                    continue
-                sig, kk = d["signals"], d.get("k", k)
-                moved = sweep.gate_point(sig, "margin", kk, tau)
-                best = sweep.best_overall(sweep.gate_points(sig, ("margin",), (kk,)), "margin", kk, metric=m)
-                lines.append(f"| {src} → {dst} | {tau:.3g} | {_pct(getattr(moved, m))} | {_pct(getattr(best, m))} | "
-                             f"{100 * (getattr(moved, m) - getattr(best, m)):+.1f} |")
-        lines += [""]
-    return "\n".join(lines)
-
-
-def overview_table(summaries: dict[str, dict]) -> str:
-    """One row per dataset, gate and metric (the headline, and accuracy): each budget-calibrated gate's verdict
-    (the paper's margin gate, and the search-first evidence gate) beside the random gate and the oracle at the
-    same rate, its AUROCs and the index's hit@K; the evidence gate's rate is its reading rate."""
-    lines = ["# Overview: budget-calibrated gates (k = 20) per dataset, headline metric (and accuracy), test split", "",
-             "The margin gate is the paper's; the evidence gate searches first and decides whether to read "
-             "(its rate is the reading rate; it searches every question). gate − margin: paired, each at its own τ.", "",
-             "| dataset | gate | metric | n test | Never | Always | gate @ rate | random @ rate [95% band] | oracle @ rate | "
-             "gate − Never [95% CI] | gate − Always | gate − random | P(random ≥ gate) | gate − margin | "
-             "AUROC never wrong | AUROC helps | hit@5 |", "|---" * 17 + "|"]
-    for name, s in summaries.items():
-        a = s.get("analysis")
-        if a is None:
-            continue
-        by_gate = a.gate_verdicts or {"margin": a.verdicts}
-        for g, verdicts in by_gate.items():
-            # accuracy too where EM leads: the row that compares across models (EM is ~0 for small ones)
-            for m in dict.fromkeys([a.headline, "acc"]):
-                v = verdicts[m]
-                row = next((r for r in a.aurocs[m] if r.name == f"{g} k={a.k}"), None)
-                vs_m = _ci(a.vs_margin[g][m]) if g in a.vs_margin else "–"
-                lines.append(f"| {name} | {g} | {an.LABEL[m]} | {v.n} | {_pct(v.never)} | {_pct(v.always)} | {_pct(v.gate)} @ "
-                             f"{v.rate:.2f} | {_pct(v.random.expected)} [{_pct(v.random.lo)}, {_pct(v.random.hi)}] | "
-                             f"{_pct(v.oracle)} | {_ci(v.vs_never)} | {_ci(v.vs_always)} | {_ci(v.vs_random)} | "
-                             f"{v.random.p_at_least:.2f} | {vs_m} | {_auc(row.never_wrong) if row else '-'} | "
-                             f"{_auc(row.helps) if row else '-'} | {_pct(a.hit_at_k)} |")
-    return "\n".join(lines) + "\n"

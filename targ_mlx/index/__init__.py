@@ -23,6 +23,8 @@ from targ_mlx.index.errors import (
     IndexMismatchError,
     IndexMissingError,
 )
+from targ_mlx.index.background import BuildingIndex
+from targ_mlx.index.opened import OpenedIndex, describe, load_encoders
 from targ_mlx.index.retriever import IndexRetriever, open_retriever
 from targ_mlx.index.merged import open_indexes
 from targ_mlx.index.unfinished import resume_unfinished, unfinished
@@ -33,6 +35,7 @@ DEFAULT_INDEX_NAME = "vital-articles-minilm"
 ENV_INDEX = "TARG_MLX_INDEX"
 
 __all__ = [
+    "BuildingIndex", "OpenedIndex", "describe", "load_encoders",
     "CorpusError", "ChunkParams", "DEFAULT_ENCODER", "Encoder", "ExactRetriever", "HnswParams", "IndexCorruptError",
     "IndexError_", "IndexInfo", "IndexMismatchError", "IndexMissingError", "IndexRetriever",
     "add_documents", "build_index", "default_index_dir", "ensure_default_index", "ensure_index", "load_encoder", "open_indexes",

@@ -30,19 +30,16 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from targ_mlx.index.build import (
+from targ_mlx.index.spec import build_spec, countable, iter_chunks, same_build
+from targ_mlx.index.stages import (
     DEFAULT_COMMIT_EVERY,
     Progress,
-    _build_hnsw,
-    _build_spec,
-    _countable,
-    _finish,
-    _open_db,
-    _open_partial,
+    build_hnsw,
+    finish,
     manifest_for,
+    open_db,
+    open_partial,
     publish,
-    _same_build,
-    iter_chunks,
 )
 from targ_mlx.index.lexical import build_lexical, lexical_dir, passage_rows
 from targ_mlx.index.chunking import ChunkParams
@@ -163,11 +160,11 @@ class _EncodeActor:
 def _finalize_shard(part: str, out: str, spec: dict, encoder_info: dict, started: float) -> str:
     """Build one shard's HNSW graph from its stored vectors and publish the shard folder."""
     part_dir, out_dir = Path(part), Path(out)
-    db = _open_db(part_dir)
+    db = open_db(part_dir)
     hnsw = HnswParams(**spec["hnsw"])
-    index_s = _build_hnsw(db, part_dir, encoder_info["dims"], spec["dtype"], hnsw)
+    index_s = build_hnsw(db, part_dir, encoder_info["dims"], spec["dtype"], hnsw)
     # BM25's document frequencies are corpus-wide: one BM25 part over all shards, not one per shard
-    _finish(db, part_dir, out_dir, spec, encoder_info, started, index_s, bm25=False)
+    finish(db, part_dir, out_dir, spec, encoder_info, started, index_s, bm25=False)
     return out_dir.name
 
 
@@ -183,7 +180,7 @@ class _ShardWriter:
         if self.part.exists():
             shutil.rmtree(self.part)  # cut off mid-stream in an earlier run: redo it whole
         self.part.mkdir(parents=True)
-        self.db = _open_db(self.part)
+        self.db = open_db(self.part)
         self.rows = 0
         self.encode_s = 0.0
 
@@ -268,10 +265,10 @@ def build_index_ray(
     out = Path(out)
     name = canonical_name(encoder or DEFAULT_ENCODER)
     hnsw = HnswParams(connectivity, expansion_add, expansion_search)
-    spec = {**_build_spec(corpora, name, dtype, limit, chunking, hnsw, TORCH), "shard_size": shard_size}
+    spec = {**build_spec(corpora, name, dtype, limit, chunking, hnsw, TORCH), "shard_size": shard_size}
     if (out / MANIFEST).is_file():
         built = read_manifest(out)["build"]
-        if _same_build(built, spec):
+        if same_build(built, spec):
             logger.info("%s is already built", out)
             return out
         raise IndexMismatchError(
@@ -282,7 +279,7 @@ def build_index_ray(
         read_corpus(c)
     ray = _import_ray()
     started = time.time()
-    part = _open_partial(out, spec)
+    part = open_partial(out, spec)
     shards = part / SHARDS
     shards.mkdir(exist_ok=True)
     # the driver needs the encoder's description for the manifests, not a copy on its own device
@@ -311,7 +308,7 @@ def build_index_ray(
 
     units = input_units(spec["corpora"], limit)
     total = sum(1 for _ in iter_chunks(spec["corpora"], chunking, limit)) if all(
-        _countable(c) for c in spec["corpora"]) else 0
+        countable(c) for c in spec["corpora"]) else 0
     done = sum(read_manifest(shards / s)["counts"]["chunks_read"] for s in finished)
     if progress:
         progress(done, total)

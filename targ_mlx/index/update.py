@@ -23,7 +23,8 @@ from typing import Callable
 
 import numpy as np
 
-from targ_mlx.index.build import DEFAULT_COMMIT_EVERY, _corpus_spec, _encode_all, _finish, _open_db
+from targ_mlx.index.spec import corpus_spec
+from targ_mlx.index.stages import DEFAULT_COMMIT_EVERY, encode_all, finish, open_db
 from targ_mlx.index.chunking import ChunkParams
 from targ_mlx.index.documents import digest, is_document_folder, scan_report
 from targ_mlx.index.encoder import DEFAULT_BATCH_SIZE, load_encoder, query_backend
@@ -167,7 +168,7 @@ def _edit_graph(db, part: Path) -> float:
     if rows:
         keys = np.fromiter((r[0] for r in rows), dtype=np.uint64, count=len(rows))
         vecs = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), index.ndim)
-        index.add(keys, vecs, threads=1)  # one thread: the exact graph (see build._build_hnsw)
+        index.add(keys, vecs, threads=1)  # one thread: the exact graph (see stages.build_hnsw)
     save_graph(index, part / VECTORS)
     with db.conn:
         db.conn.execute("DROP TABLE pending")
@@ -203,7 +204,7 @@ def add_documents(
     if manifest["build"].get("dense", True) is False:
         raise IndexMismatchError(f"{out} is a BM25-only index (--no-dense); fix: build your documents into an index "
                                  "of their own and search both (--index twice)")
-    folders = [_corpus_spec(c) for c in corpora]
+    folders = [corpus_spec(c) for c in corpora]
     for f in folders:
         if not is_document_folder(Path(f)):
             raise CorpusError(f"add --corpus {f}: not a folder of .md/.txt/.html/.pdf files; fix: name such a folder")
@@ -220,7 +221,7 @@ def add_documents(
     plan = UpdatePlan(upd["changed"], upd["removed"],
                       {f: bad for f, bad in state.get("skipped", {}).items() if f in folders})
     part = partial_dir(out)
-    db = _open_db(part)
+    db = open_db(part)
     try:
         if not upd["deleted"]:
             _delete_stale(out, part, db, state)
@@ -231,12 +232,12 @@ def add_documents(
         reading = {"corpora": [f for f in folders if plan.changed.get(f)], "limit": None, "documents": plan.changed}
         prev = previous_partial(out)
         source = VectorSource(prev, enc.name, enc.dims, enc.backend) if prev else None
-        _encode_all(db, enc, reading, params, progress, commit_every, source)
+        encode_all(db, enc, reading, params, progress, commit_every, source)
         index_s = _edit_graph(db, part)
     except BaseException:
         db.close()  # an interrupted add (Ctrl-C) leaves no connection that would lock the resume
         raise
     spec = {k: v for k, v in state.items() if k != "update"}
-    _finish(db, part, out, spec, enc.describe(), started, index_s, bm25=has_lexical(out))
+    finish(db, part, out, spec, enc.describe(), started, index_s, bm25=has_lexical(out))
     logger.info("updated %s: %s", out, plan.summary())
     return plan

@@ -44,14 +44,18 @@ class Transcript(LogStore):
         except sqlite3.IntegrityError:  # the foreign key: decision_id is not in the log
             raise UnknownDecisionError(f"No decision with id {decision_id} in {self.path}") from None
 
-    def sessions(self) -> list[SessionSummary]:
-        """Chat sessions, most recently active first."""
-        sql = """
+    def sessions(self, source: str | None = None) -> list[SessionSummary]:
+        """Chat sessions, most recently active first; with `source`, only those whose answers were
+        logged from that front end (the chat's own, not a `targ ask --chat` one)."""
+        where = ("WHERE EXISTS (SELECT 1 FROM decisions d WHERE d.session = m.session AND d.source = ?)"
+                 if source else "")
+        sql = f"""
             SELECT session, min(ts) AS started, max(ts) AS last, count(*) AS n_messages,
                    (SELECT text FROM messages m2 WHERE m2.session = m.session AND m2.role = 'user'
                     ORDER BY m2.id LIMIT 1) AS title
-            FROM messages m GROUP BY session ORDER BY max(id) DESC"""
-        return [SessionSummary(**{**r, "title": (r["title"] or "")[:80]}) for r in self._query(sql)]
+            FROM messages m {where} GROUP BY session ORDER BY max(id) DESC"""
+        rows = self._query(sql, [source] if source else [])
+        return [SessionSummary(**{**r, "title": (r["title"] or "")[:80]}) for r in rows]
 
     def messages(self, session: str) -> list[Message]:
         """One session's transcript in order."""

@@ -39,6 +39,7 @@ class BatchDecode:
     entropies: list[list[float]]  # empty lists for sampled rows
     gaps: list[list[float]]
     logprobs: list[list[float]]  # log p of the chosen (greedy) token
+    steps: int = 0  # decode steps run (a step feeds every row one token, but for the last step)
 
 
 def make_batch_cache(bb: Backbone, left_padding: Sequence[int]) -> list[BatchKVCache]:
@@ -166,6 +167,7 @@ def decode_batch(bb: Backbone, cache: list[BatchKVCache], logits: mx.array, max_
                 cache = bb.engine.keep_rows(cache, keep)
                 lg, done = lg[idx], done[idx]
                 sel, inv_temp, cap, u = state(live)
+        out.steps = t + 1
     collect(live, steps)
     return out
 

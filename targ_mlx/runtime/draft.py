@@ -16,8 +16,8 @@ from typing import Any, Callable, Iterator
 import mlx.core as mx
 
 from targ_mlx.runtime.backbone import Backbone
+from targ_mlx.runtime.batch import decode_batch
 from targ_mlx.defaults import DEFAULT_K, DEFAULT_TEMPERATURE
-from targ_mlx.runtime.sampling import uniforms
 
 
 
@@ -101,50 +101,23 @@ def draft(bb: Backbone, prompt_ids: list[int], k: int = DEFAULT_K, n_samples: in
 
 def _batched_draft(bb: Backbone, cache: list[Any], logits: mx.array, k: int, n: int, temperature: float,
                    seed: int) -> tuple[list[int], list[float], list[float], list[list[int]], list[Any]]:
-    eos_set = bb.tokenizer.eos_ids
+    """The greedy row and N sampled rows of one prompt as one batch of `batch.decode_batch`, the
+    eval's decode loop: the same draws, tokens and statistics as its rows of a larger batch."""
     # on the kernels the N + 1 rows read the prompt's keys in place; elsewhere they are copied
-    batch = bb.engine.share_rows(cache, [0] * (n + 1))
-    key = mx.random.key(seed)
-    lg = mx.repeat(logits, n + 1, axis=0)  # row 0 greedy, rows 1..n sampled at temperature
-    inv_temp = mx.array([0.0] + [1.0 / temperature] * n, dtype=mx.float32)
-    # A step is the model plus as few small ops as possible (each costs ~5 us of dispatch): rows
-    # that ended keep decoding and are cut at their first EOS afterwards; whether all have ended
-    # is read on the host every 4 steps, when the tokens come back anyway.
-    rows, ents, gaps = [], [], []
-    ended = [False] * (n + 1)
-    for t in range(k):
-        key, u = uniforms(key, n + 1)
-        y, ent, gap, _ = bb.select(lg, inv_temp, u)
-        ents.append(ent)
-        gaps.append(gap)
-        rows.append(y)
-        if t + 1 < k:
-            lg = bb.step(y, batch)
-        mx.async_eval(lg, y, ent, gap)
-        if t % 4 == 3:
-            for r, toks in enumerate(mx.stack(rows[-4:], axis=1).tolist()):
-                ended[r] = ended[r] or any(tok in eos_set for tok in toks)
-            if all(ended):
-                break
-    grid = mx.stack(rows, axis=1).tolist()  # (n+1, steps)
-    greedy = grid[0]
-    greedy_len = next((i + 1 for i, tok in enumerate(greedy) if tok in eos_set), len(greedy))
-    greedy = greedy[:greedy_len]
-    samples = []
-    for row in grid[1:]:
-        cut = next((i + 1 for i, tok in enumerate(row) if tok in eos_set), len(row))
-        samples.append(row[:cut])
-    ents_f = mx.stack(ents[:greedy_len])[:, 0].tolist()
-    gaps_f = mx.stack(gaps[:greedy_len])[:, 0].tolist()
-    # Row 0's cache now holds prompt + greedy tokens fed so far; drop whatever follows the
-    # draft's last token so the continuation feeds it next, as in the unbatched path.
-    row0 = bb.engine.row(batch, 0)
-    fed = len(grid[0]) - 1 if len(grid[0]) == k else len(grid[0])
+    rows = bb.engine.share_rows(cache, [0] * (n + 1))
+    # every row stays in the batch (row 0's cache continues the draft), cut at its first EOS after
+    dec = decode_batch(bb, rows, mx.repeat(logits, n + 1, axis=0), k, [True] + [False] * n, temperature, seed,
+                       drop_finished=False)
+    greedy = dec.tokens[0]
+    # Row 0's cache now holds prompt + every token fed so far; drop whatever follows the draft's
+    # last token so the continuation feeds it next, as in the unbatched path.
+    row0 = bb.engine.row(rows, 0)
+    fed = dec.steps - 1 if dec.steps == k else dec.steps
     for c in row0:
-        c.offset -= max(0, fed - (greedy_len - 1))
+        c.offset -= max(0, fed - (len(greedy) - 1))
         c.keys = c.keys[:, :, : c.offset, :]
         c.values = c.values[:, :, : c.offset, :]
-    return greedy, ents_f, gaps_f, samples, row0
+    return greedy, dec.entropies[0], dec.gaps[0], dec.tokens[1:], row0
 
 
 def continue_with_stats(bb: Backbone, d: Draft, max_new: int, cancel: threading.Event | None = None

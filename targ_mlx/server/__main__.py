@@ -12,9 +12,10 @@ import os
 import sys
 import uuid
 
-from targ_mlx.errors import TargError
-from targ_mlx.flags import add_common_args
+from targ_mlx import bind_openblas
+from targ_mlx.errors import TargError, run_cli
 from targ_mlx.server import DEFAULT_QUEUE
+from targ_mlx.session import Options, add_common_args, open_session
 
 API_KEY_ENV = "TARG_API_KEY"
 DEFAULT_HOST = "127.0.0.1"
@@ -60,26 +61,15 @@ def api_key_for(host: str, given: str | None) -> str | None:
 
 
 def build(args: argparse.Namespace):
-    """(the ASGI app, the served model's name) from parsed flags: the assistant `targ ask` builds."""
-    from targ_mlx import bind_openblas
-
-    bind_openblas()
-    from targ_mlx.assistant import Assistant
-    from targ_mlx.config import load_config
-    from targ_mlx.flags import index_folders, open_index, settings_from_args
-    from targ_mlx.log.decisions import DecisionLog
-    from targ_mlx.runtime.backbone import load_backbone
-    from targ_mlx.runtime.model_spec import model_key
+    """(the ASGI app, the served model's name) from parsed flags: the session `targ ask` opens."""
+    bind_openblas()  # before the session loads mlx.core
     from targ_mlx.server.app import make_app
 
-    cfg = load_config(args.config).merged(model=args.model, db=args.db)
-    settings = settings_from_args(args, cfg, model_key(cfg.model))
-    bb = load_backbone(cfg.model, huge_pages="collapse")  # a server decodes for hours: 2 MB pages now
-    log = DecisionLog(cfg.db)
-    # the log's schema knows the sources chat, eval, ask: a served answer is an ask, its session says serve
-    assistant = Assistant(bb, open_index(index_folders(args.index, cfg.index), args.retriever), settings, log=log, source="ask",
-                          session="serve-" + uuid.uuid4().hex[:8])
-    return make_app(assistant, bb.model_id, args.api_key, args.queue), bb.model_id
+    # a server decodes for hours (2 MB pages now); the log's schema knows the sources chat, eval,
+    # ask: a served answer is an ask, its session says serve
+    session = open_session(Options.from_args(args, long_running=True))
+    session.attach(session="serve-" + uuid.uuid4().hex[:8])
+    return make_app(session, session.backbone.model_id, args.api_key, args.queue), session.backbone.model_id
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -101,9 +91,6 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from targ_mlx import bind_openblas
-    from targ_mlx.errors import run_cli
-
     bind_openblas()  # first: serving loads mlx.core
     return run_cli(setup_arg_parser(), serve, argv)
 

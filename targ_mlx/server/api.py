@@ -18,6 +18,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from targ_mlx.errors import BadTextError, check_text
 from targ_mlx.records import Answer
 
 MAX_BODY_BYTES = 1 << 20  # a request body above 1 MiB is refused before it is parsed
@@ -53,15 +54,23 @@ class ChatRequest:
 
 
 def _text(content: Any, where: str) -> str:
-    """A message's content: a string, or OpenAI's list of parts of which the text parts count."""
+    """A message's content: a string, or OpenAI's list of parts of which the text parts count;
+    text the tokenizer cannot take (a lone surrogate, NUL) is refused here, before the queue."""
     if isinstance(content, str):
-        return content
+        return _checked(content, where)
     if isinstance(content, list) and all(isinstance(p, dict) for p in content):
         parts = [p.get("text") for p in content if p.get("type") == "text"]
         if all(isinstance(t, str) for t in parts) and parts:
-            return "\n".join(parts)
+            return _checked("\n".join(parts), where)
     raise ApiError(400, f"{where}.content must be a string or a list of text parts; got {type(content).__name__}",
                    f"{where}.content")
+
+
+def _checked(text: str, where: str) -> str:
+    try:
+        return check_text(text, f"{where}.content")
+    except BadTextError as e:
+        raise ApiError(400, str(e), f"{where}.content") from None
 
 
 def parse_body(raw: bytes) -> dict:
@@ -152,6 +161,18 @@ def decision_field(ans: Answer, decision_id: int | None = None) -> dict:
         "timings": {"draft": lat.draft, "gate": lat.gate, "search": lat.retrieval, "prefill": lat.prefill,
                     "decode": lat.decode, "total": lat.total},
         "decision_id": decision_id,
+    }
+
+
+def early_decision_field(decision, scores: dict, found=None) -> dict:
+    """The `targ` field of a stream's first chunk: the gate's decision (a `gates.GateDecision`) and
+    what the search found, before any answer text (timings and what was read come at the end)."""
+    return {
+        "decision": {"gate": decision.gate, "score": decision.signal,
+                     "threshold": decision.threshold if decision.signal is not None else None,
+                     "read": decision.retrieve, "searched": found is not None, "reason": decision.reason,
+                     "no_source": decision.no_source, "scores": scores},
+        "found": [{"key": p.key, "title": p.title, "similarity": p.score} for p in found or ()],
     }
 
 

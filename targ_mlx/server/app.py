@@ -1,7 +1,7 @@
 """`targ serve`: the gated assistant behind an OpenAI-compatible HTTP API (Starlette on uvicorn).
 
 One model is loaded once; one worker thread answers requests in arrival order through the one
-answer runner (`Assistant.answer` -> `runner.stream_answer`), so a request is answered exactly as
+answer runner (`Session.stream` -> `runner.stream_answer`), so a request is answered exactly as
 `targ ask` answers it and logged to the same decision log (source "ask", session "serve-…"). Requests wait in a
 bounded queue: when it is full the server answers 503 with Retry-After instead of piling up. A
 client that disconnects, mid-stream or while queued, cancels its generation.
@@ -27,10 +27,9 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from targ_mlx import runner
 from targ_mlx.errors import TargError
-from targ_mlx.runtime.draft import token_logprobs
 from targ_mlx.server import DEFAULT_QUEUE, api
+from targ_mlx.session import Decided, Done, Searched, Text
 
 logger = logging.getLogger(__name__)
 
@@ -52,10 +51,10 @@ class Job:
 class Worker:
     """The one thread that runs the model; `submit` refuses when `queue_size` jobs already wait."""
 
-    def __init__(self, assistant, queue_size: int = DEFAULT_QUEUE, max_tokens: int | None = None):
+    def __init__(self, session, queue_size: int = DEFAULT_QUEUE, max_tokens: int | None = None):
         if queue_size < 1:  # queue.Queue(0) would be unbounded
             raise ValueError(f"queue_size must be >= 1; got {queue_size}")
-        self.assistant = assistant
+        self.session = session
         self.jobs: queue.Queue[Job | None] = queue.Queue(maxsize=queue_size)
         self.max_tokens = max_tokens
         self.busy = False
@@ -101,13 +100,19 @@ class Worker:
         cap = req.max_tokens or self.max_tokens
         if cap is not None:
             overrides["max_tokens"] = cap
-        done: list = []
+        done, found = None, None  # found: None until a search ran
         try:
-            ans = self.assistant.answer(req.question, history=list(req.history), cancel=job.cancel,
-                                        on_text=lambda text: job.post(("text", text)),
-                                        on_event=lambda ev: done.append(ev) if isinstance(ev, runner.Done) else None,
-                                        **overrides)
-            logprobs = self._logprobs(done[-1], req.top_logprobs) if req.logprobs and done else None
+            for ev in self.session.stream(req.question, history=list(req.history), cancel=job.cancel, **overrides):
+                if isinstance(ev, Searched):
+                    found = ev.passages
+                elif isinstance(ev, Decided):  # before any text: the stream's first chunk carries it
+                    job.post(("decided", api.early_decision_field(ev.decision, ev.scores, found)))
+                elif isinstance(ev, Done):
+                    done = ev
+                elif isinstance(ev, Text):
+                    job.post(("text", ev.text))
+            ans = done.answer
+            logprobs = self._logprobs(done, req.top_logprobs) if req.logprobs else None
         except (TargError, ValueError) as e:  # a question the model cannot take: the client's to fix
             job.post(("error", api.ApiError(400, str(e), "messages")))
             return
@@ -116,14 +121,11 @@ class Worker:
             job.post(("error", api.ApiError(500, f"internal error: {type(e).__name__}: {e}", kind="server_error")))
             return
         self.answered += 1
-        job.post(("done", ans, self.assistant.last_decision_id, logprobs))
+        job.post(("done", ans, self.session.last_decision_id, logprobs))
 
     def _logprobs(self, done, top: int) -> dict:
         """The answer's tokens scored again under the prompt they continue (one more pass)."""
-        bb = self.assistant.backbone
-        scored = token_logprobs(bb, list(done.prompt_ids), list(done.answer_ids), top)
-        return api.logprobs_field(bb.tokenizer.decode,
-                                  [(t, lp, alts) for t, (lp, alts) in zip(done.answer_ids, scored)])
+        return api.logprobs_field(lambda ids: self.session.decode(ids), self.session.logprobs(done, top))
 
 
 def _error(e: api.ApiError) -> JSONResponse:
@@ -131,19 +133,19 @@ def _error(e: api.ApiError) -> JSONResponse:
     return JSONResponse(e.body(), status_code=e.status, headers=headers)
 
 
-def make_app(assistant, model_name: str, api_key: str | None = None, queue_size: int = DEFAULT_QUEUE,
+def make_app(session, model_name: str, api_key: str | None = None, queue_size: int = DEFAULT_QUEUE,
              max_tokens: int | None = None) -> Starlette:
-    """The ASGI app over an `Assistant` (its log gets every answer).
+    """The ASGI app over a `Session` (its log gets every answer).
 
     Args:
         model_name: the id `/v1/models` lists and requests name (the model key; aliases accepted).
         api_key: required as `Authorization: Bearer KEY` on every route but /health when set.
         queue_size: requests that may wait while one is answered; more get 503.
-        max_tokens: the answer cap when a request gives none (default: the assistant's settings).
+        max_tokens: the answer cap when a request gives none (default: the session's settings).
     """
-    worker = Worker(assistant, queue_size, max_tokens)
+    worker = Worker(session, queue_size, max_tokens)
     started = time.time()
-    names = {model_name, getattr(assistant.backbone, "model_id", model_name)}
+    names = {model_name, session.backbone.model_id}
 
     def authorised(request: Request) -> None:
         if api_key is None:
@@ -230,13 +232,27 @@ async def _read_capped(request: Request) -> bytes:
 
 
 async def _stream(job: Job, cid: str, model: str):
-    """Server-sent events: a role chunk, one chunk per new piece of text, the finish chunk with
-    the decision field (and usage when asked), then [DONE]. Closing the stream cancels the job."""
+    """Server-sent events: the role chunk, sent once the gate has decided and carrying that
+    decision in its `targ` field (before any answer text), one chunk per new piece of text, the
+    finish chunk with the whole decision field (and usage when asked), then [DONE]. Closing the
+    stream cancels the job."""
     sent = ""
+    opened = False
+
+    def first(targ: dict | None = None) -> bytes:
+        return api.sse(api.chunk(cid, model, {"role": "assistant", "content": ""}, extra={"targ": targ} if targ else None))
+
     try:
-        yield api.sse(api.chunk(cid, model, {"role": "assistant", "content": ""}))
         while True:
             item = await job.out.get()
+            if item[0] == "decided":
+                if not opened:
+                    opened = True
+                    yield first(item[1])
+                continue
+            if not opened and item[0] != "error":
+                opened = True
+                yield first()
             if item[0] == "text":
                 text = item[1]
                 if text.startswith(sent) and len(text) > len(sent):

@@ -69,9 +69,18 @@ async def test_ask_streams_logs_shows_sources_and_takes_feedback(backbone, retri
         assert labels == [(answer.decision_id, "correct"), (answer.decision_id, "wrong")]
         session = app.session
 
-    # The transcript is in the same database and comes back on the next start.
+    # A `targ ask --chat` exchange logged since then is not the chat's last chat.
+    asked = log.record(Answer(question="q", answer="a", model="m", gate="never", tau=0.0, score=None,
+                              retrieved=False, k=4), source="ask", session="from-targ-ask")
+    log.add_message("from-targ-ask", "user", "q")
+    log.add_message("from-targ-ask", "assistant", "a", asked)
+
+    # The next start is a new chat; the transcript is in the same database, one keystroke away.
     again = chat_app(backbone, retriever, log, tmp_path)
     async with again.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert again.session != session and list(again.query(MessageView)) == []
+        await pilot.press("ctrl+r")
         await pilot.pause()
         assert again.session == session
         assert [m.text for m in again.query(MessageView)] == ["Who wrote Hamlet?", answer.text]
@@ -99,6 +108,7 @@ async def test_index_add_searches_your_documents_beside_wikipedia(backbone, retr
     app = chat_app(backbone, retriever, log, tmp_path, gate="always")
     async with app.run_test(size=SIZE) as pilot:
         app.run_command(f"/index add {notes}")  # what the prompt runs on Enter (a long tmp path to type)
+        await app.workers.wait_for_complete()  # it opens in a worker (a build may resume)
         await pilot.pause()
         notes_shown = [n.message for n in app._notifications]
         assert "small + notes-index" in app.query_one(StatusBar).render().plain, notes_shown
@@ -109,6 +119,39 @@ async def test_index_add_searches_your_documents_beside_wikipedia(backbone, retr
         assert "[1] notes/lecture.md" in answer.render().plain
         row = log.get(answer.decision_id)
         assert row["passages"][0]["title"] == "notes/lecture.md"
+
+
+async def test_index_add_keeps_the_retriever_mode_and_resumes_an_unfinished_build(backbone, small_index_dir, log,
+                                                                                   tmp_path, notes_folder):
+    from targ_mlx.index import open_indexes
+    from tests.conftest import build_stopped_after_first_commit
+
+    folder, _ = notes_folder
+    notes = tmp_path / "notes-index"
+    build_stopped_after_first_commit([str(folder)], notes)
+    assert not (notes / "manifest.json").exists()
+    session = Assistant(backbone, open_indexes([small_index_dir], retriever="bm25"), Settings(max_tokens=8, k=4),
+                        log=log, retriever_mode="bm25")
+    app = make_app(session, config=Config(db=str(log.path)), config_path=str(tmp_path / "config.toml"))
+    async with app.run_test(size=SIZE) as pilot:
+        app.run_command(f"/index add {notes}")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        opened = app.assistant.index
+        assert (notes / "manifest.json").is_file(), [n.message for n in app._notifications]  # resumed, finished
+        assert opened.paths == (small_index_dir, notes) and opened.mode == "bm25", [n.message for n in app._notifications]
+        assert "small + notes-index" in app.query_one(StatusBar).render().plain
+
+
+async def test_help_lists_every_registered_gate(backbone, retriever, log, tmp_path):
+    from targ_mlx.gates import GATES
+
+    app = chat_app(backbone, retriever, log, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(*"/help", "enter")
+        await pilot.pause()
+        shown = list(app.query_one(ChatLog).query(MessageView))[-1].text
+        assert "/gate " + "|".join(GATES) in shown and "evidence" in GATES
 
 
 async def test_answers_while_the_index_builds(backbone, log, tmp_path, small_index_corpus):
@@ -213,7 +256,9 @@ async def test_escape_cancels_generation(backbone, retriever, log, tmp_path):
 async def test_loader_shows_progress_then_chat(backbone, retriever, log, tmp_path):
     def loader(progress):
         progress("building the default index", 3, 4)
-        return Assistant(backbone, retriever, Settings(max_tokens=8, k=4)), "small", ""
+        session = Assistant(backbone, retriever, Settings(max_tokens=8, k=4))
+        session.index_label = "small"
+        return session
 
     app = make_app(loader, log=log, config=Config(), config_path=str(tmp_path / "config.toml"))
     async with app.run_test(size=SIZE) as pilot:

@@ -3,6 +3,8 @@ it, and the status bar says whether tau was calibrated for the model (real app, 
 
 import io
 import json
+import sys
+from pathlib import Path
 from dataclasses import replace
 
 import pytest
@@ -14,7 +16,7 @@ from targ_mlx.defaults import SMALL_MODEL
 from targ_mlx.log.decisions import DecisionLog
 from tui.app import make_app
 from tui.widgets import ChatLog, DecisionPanel, MessageView, SourcesPanel, StatusBar
-from tui.widgets.decision import DecisionInfo
+from targ_mlx.session import DecisionView as DecisionInfo
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 SIZE = (120, 36)
@@ -84,9 +86,10 @@ async def test_follow_up_searches_a_standalone_query_and_the_panel_shows_it(back
         await pilot.pause()
         assert panel.info.decision_id == first.decision_id and "searched" not in panel_text(panel)
 
-    # Reopened from the log, the answer's panel still shows what was searched.
+    # Reopened from the log (Ctrl+R: the last chat), the answer's panel still shows what was searched.
     again = chat_app(backbone, art_retriever, log, tmp_path)
     async with again.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+r")
         await pilot.pause()
         assert again.query_one(DecisionPanel).info.searched == searched
 
@@ -138,3 +141,35 @@ async def test_the_panel_says_why_the_evidence_gate_read_or_not(backbone, art_re
         [answer] = app.query_one(ChatLog).answers()
         again = DecisionInfo.from_row(log.get(answer.decision_id))  # the panel of a reloaded answer
         assert again.reason == panel.info.reason and again.found == panel.info.found
+
+
+async def test_the_decision_shows_before_the_first_answer_token_and_sources_list_what_was_not_read(
+        backbone, art_retriever, log, tmp_path):
+    """Driven by the runner's real events: when the first answer text reaches the app, the panel
+    already shows the search and the decision (recorded by a handler that runs before the app's
+    own, at the moment that message is handled), and nothing is logged yet."""
+    from tui.app import ChatApp
+
+    first: list = []
+
+    class Watched(ChatApp):
+        CSS_PATH = Path(sys.modules[ChatApp.__module__].__file__).with_name(ChatApp.CSS_PATH)
+
+        def on_answer_text(self, event) -> None:  # Textual runs this class's handler, then ChatApp's
+            if not first:
+                panel = self.query_one(DecisionPanel)
+                first.append((panel_text(panel), panel.info, log.count()))
+
+    session = Assistant(backbone, art_retriever, Settings(gate="evidence", tau=1e9, max_tokens=8, k=4), log=log)
+    app = Watched(session, config=Config(db=str(log.path)), config_path=str(tmp_path / "config.toml"))
+    async with app.run_test(size=SIZE) as pilot:
+        await ask(app, pilot, "who painted the mona lisa")
+        assert first, "no answer text arrived"
+        text, info, logged = first[0]
+        assert logged == 0 and info.live and info.stage == "decided"  # before the answer was done
+        assert "found Mona Lisa" in text and "answering from memory" in text, text
+        assert info.u is not None and info.found and not info.retrieved
+        sources = app.query_one(SourcesPanel)
+        assert sources.passages == () and "Mona Lisa" in [p.title for p in sources.not_read]
+        title = str(sources.query_one("#sources-title").render())
+        assert "searched, not read" in title and "retrieval skipped" not in title, title

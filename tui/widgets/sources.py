@@ -1,4 +1,5 @@
-"""The sources panel: retrieved passages (title, score, snippet); the highlighted one expanded."""
+"""The sources panel: the passages read (title, score, snippet), then those the search found and
+the answer did not read; the highlighted one expanded."""
 
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ def snippet(text: str, n: int = SNIPPET_CHARS) -> str:
 class SourcesPanel(Vertical):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self.passages: tuple[PassageRef, ...] = ()
+        self.passages: tuple[PassageRef, ...] = ()  # read
+        self.not_read: tuple[PassageRef, ...] = ()  # found by the search, not read
+        self._shown: tuple[PassageRef, ...] = ()
 
     def compose(self) -> ComposeResult:
         yield Label("no sources", id="sources-title")
@@ -30,23 +33,37 @@ class SourcesPanel(Vertical):
         with VerticalScroll(id="source-detail-box"):
             yield Static("", id="source-detail")
 
-    def show(self, passages: Sequence[PassageRef], retrieved: bool = True) -> None:
+    def show(self, passages: Sequence[PassageRef], retrieved: bool = True, found: Sequence[PassageRef] = (),
+             searched: bool = False) -> None:
+        """`passages`: what the answer read; `found`: what the search found (read or not)."""
         self.passages = tuple(passages)
-        title = (f"{len(self.passages)} sources" if self.passages
-                 else "retrieval skipped: no sources" if not retrieved else "no sources")
+        read = {p.key for p in self.passages}
+        self.not_read = tuple(p for p in found if p.key not in read)
+        shown = self.passages + self.not_read
+        title = (f"{len(self.passages)} sources read" if self.passages else
+                 "nothing read" if searched or self.not_read else
+                 "retrieval skipped: no search" if not retrieved else "no sources")
+        if self.not_read:
+            title += f" · {len(self.not_read)} searched, not read"
         self.query_one("#sources-title", Label).update(title)
         items = self.query_one("#source-list", ListView)
         items.clear()
-        for i, p in enumerate(self.passages, 1):
+        for i, p in enumerate(shown, 1):
             line = Text()
-            line.append(f"[{i}] ", style="bold")
-            line.append(p.title, style="bold cyan")
-            line.append(f"  {p.score:.3f}", style="dim")
+            unread = i > len(self.passages)
+            line.append("  · " if unread else f"[{i}] ", style="dim" if unread else "bold")
+            line.append(p.title, style="dim cyan" if unread else "bold cyan")
+            line.append(f"  {p.score:.3f}" + ("  not read" if unread else ""), style="dim")
             parts = [Static(line)] + ([Static(snippet(p.text), classes="snippet")] if p.text else [])
             items.append(ListItem(*parts))
-        self._detail(0 if self.passages else None)
-        if self.passages:
+        self._shown = shown
+        self._detail(0 if shown else None)
+        if shown:
             items.index = 0
+
+    def show_view(self, view) -> None:
+        """The sources of a `DecisionView` (live or finished)."""
+        self.show(view.passages if view.retrieved else (), view.retrieved, view.found, bool(view.found))
 
     def on_list_view_highlighted(self, event: ListView.Highlighted) -> None:
         event.stop()
@@ -54,10 +71,10 @@ class SourcesPanel(Vertical):
 
     def _detail(self, i: int | None) -> None:
         box = self.query_one("#source-detail", Static)
-        if i is None or not 0 <= i < len(self.passages):
+        if i is None or not 0 <= i < len(self._shown):
             box.update("")
             return
-        p = self.passages[i]
+        p = self._shown[i]
         body = Text()
         body.append(f"[{i + 1}] {p.title}\n", style="bold")
         body.append(f"score {p.score:.4f} · key {p.key}\n\n", style="dim")

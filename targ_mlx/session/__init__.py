@@ -1,0 +1,41 @@
+"""The one front door: `open_session(Options(...))` loads the model, the index, the log and the
+gate's settings once, and returns a `Session` whose `ask(question)` yields the runner's events;
+`DecisionView` is what a face shows of a decision, live or logged.
+
+    session = open_session(Options(model="smollm2-135m", index=("index/notes",)))
+    for event in session.ask("who painted the mona lisa"):
+        ...  # Drafted, Searched, Decided, Text (cumulative answer), Done(answer)
+
+`targ ask`, `targ serve`, the chat app and the eval import this package and the small shared
+vocabulary (`targ_mlx.records`, `errors`, `defaults`, `gates`) only. Names load on first use, so
+importing the package (to parse flags) loads no model runtime.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+
+_WHERE = {
+    "Options": "options", "IndexWhen": "options", "add_common_args": "options",
+    "open_session": "open",
+    "Session": "session", "NotScoredError": "session", "new_chat_id": "session",
+    "DecisionView": "view",
+    "Drafted": "events", "Searched": "events", "Decided": "events", "Text": "events", "Done": "events",
+    "Event": "events",
+    "Settings": "settings",
+    "default_model": "config", "model_key": "model_spec",
+}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module 'targ_mlx.session' has no attribute {name!r}")
+    if where == "events":
+        return getattr(import_module("targ_mlx.runner"), name)
+    if where in ("settings", "config"):
+        return getattr(import_module(f"targ_mlx.{where}"), name)
+    if where == "model_spec":
+        return getattr(import_module("targ_mlx.runtime.model_spec"), name)
+    return getattr(import_module(f"targ_mlx.session.{where}"), name)

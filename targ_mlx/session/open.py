@@ -1,0 +1,83 @@
+"""`open_session(options)`: the one place that loads the model, opens the index, the log and the
+gate's settings for every front end (`targ ask`, `targ serve`, the chat app, the eval).
+
+The index policy, once: the folders named, else the configured one, else the offline default
+index; an unfinished build of any of them is resumed; `options.retriever` picks dense, bm25 or
+hybrid; `options.index_when` says when it opens (on the first search, now, or now with a build
+in the background while answers skip retrieval).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from targ_mlx.session.options import Options
+
+# progress(stage, done=0, total=0): what a face shows while the session opens
+Progress = Callable[..., None]
+
+
+def open_session(options: Options, progress: Progress | None = None):
+    """A ready `Session` for `options`; bad values fail before the model loads.
+
+    The session's `index_label` names the index for a status line, and `notice` says what did not
+    open as asked (e.g. "the index … is building: answers skip retrieval until it is ready").
+    """
+    from targ_mlx.log.decisions import DecisionLog
+    from targ_mlx.runtime.backbone import load_backbone
+    from targ_mlx.session.session import Session
+
+    say = progress or (lambda *a, **k: None)
+    cfg, settings = options.resolve()  # fails before the model loads
+    log = DecisionLog(cfg.db) if options.log else None
+    session = Session(None, None, settings, log=log, source=options.source, config=cfg, config_path=options.config,
+                      retriever_mode=options.retriever, huge_pages=options.huge_pages)
+    if options.chat:
+        session.resume_chat(options.chat)  # a missing chat is one line before the model loads
+    say(f"loading model {cfg.model}")
+    session.backbone = load_backbone(cfg.model, huge_pages=options.huge_pages)
+    folders = [Path(f) for f in options.index or ([cfg.index] if cfg.index else [])]
+    retriever, session.index_label, session.notice = _open_index(options, folders, say)
+    session.attach_index(retriever)
+    return session
+
+
+def _label(paths) -> str:
+    from targ_mlx import index
+
+    return " + ".join(Path(p).name for p in paths) or index.DEFAULT_INDEX_NAME
+
+
+def _open_index(o: Options, folders: list[Path], say: Progress):
+    """(the retriever or its loader or None, its label, a notice) under the one policy."""
+    from targ_mlx import index
+    from targ_mlx.index.progress import ProgressBar
+
+    def building(d: int, n: int) -> None:
+        say(f"index building {100 * d / max(n, 1):.0f}%", d, n)
+
+    def opened(paths):
+        return index.load_encoders(index.open_indexes(paths, retriever=o.retriever))
+
+    if o.index_when == "lazy":  # an answer from memory never loads the index or its encoder
+        from targ_mlx.flags import open_index
+
+        return open_index([str(f) for f in folders], o.retriever, o.quiet), _label(folders), ""
+    if o.index_when == "eager":
+        bar = None if o.quiet else ProgressBar()
+        paths = [index.ensure_index(p, bar) for p in folders or [None]]
+        return index.open_indexes(paths, retriever=o.retriever), _label(paths), ""
+    try:  # background: answer at once; questions the gate would search for skip it until it is built
+        if (not folders and not (index.default_index_dir() / "manifest.json").is_file()) or any(
+                map(index.unfinished, folders)):
+            label = _label(folders)
+            build = index.BuildingIndex(lambda cb: [index.ensure_index(p, cb) for p in folders or [None]],
+                                        opened, building)
+            return build, label, f"the index {label} is building: answers skip retrieval until it is ready"
+        # built: a no-op, but an index built before BM25 parts existed gains one (seconds)
+        paths = folders or [index.ensure_default_index()]
+        say(f"opening index {_label(paths)} and its query encoder")
+        return opened(paths), _label(paths), ""
+    except Exception as e:  # answer without retrieval rather than not at all
+        return None, "none", f"answering without retrieval: {e}"
