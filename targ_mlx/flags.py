@@ -44,15 +44,20 @@ def add_common_args(p: argparse.ArgumentParser) -> None:
                    f"the search's top 20 most likely to hold the answer, in the same budget (default {DEFAULT_READ})")
 
 
+def setting_flags(args: argparse.Namespace) -> dict:
+    """The answer settings the flags give (`add_common_args` and ask's own; None: not given)."""
+    return dict(tau=args.tau, gate=args.gate, k=args.k, max_tokens=args.max_tokens,
+                history_tokens=args.history_tokens, rewrite=args.rewrite, read=getattr(args, "read", None),
+                beta=getattr(args, "beta", None), n_samples=getattr(args, "n_samples", None),
+                temperature=getattr(args, "temp", None), seed=getattr(args, "seed", None),
+                top_k=getattr(args, "top_k", None), context_tokens=getattr(args, "context_tokens", None),
+                recheck_every=getattr(args, "recheck_every", None), prompt_style=getattr(args, "prompt", None))
+
+
 def settings_from_args(args: argparse.Namespace, cfg: Config, key: str) -> Settings:
     """The answer settings from config + the flags given (`add_common_args` and ask's own)."""
-    own = dict(beta=getattr(args, "beta", None), n_samples=getattr(args, "n_samples", None),
-               temperature=getattr(args, "temp", None), seed=getattr(args, "seed", None),
-               top_k=getattr(args, "top_k", None), context_tokens=getattr(args, "context_tokens", None),
-               recheck_every=getattr(args, "recheck_every", None), prompt_style=getattr(args, "prompt", None))
-    return Settings.from_config(cfg, key, tau=args.tau, gate=args.gate, k=args.k, max_tokens=args.max_tokens,
-                                history_tokens=args.history_tokens, rewrite=args.rewrite,
-                                read=getattr(args, "read", None), **own)
+    flags = setting_flags(args)
+    return Settings.from_config(cfg, key, tau=flags.pop("tau"), **flags)
 
 
 def index_folders(flag: list[str] | None, configured: str | None) -> list[str]:

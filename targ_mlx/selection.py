@@ -123,11 +123,15 @@ def select(question: str, passages: Sequence[Passage], budget: int, count: Calla
             where the budget has room: as little as the evidence says is worth reading.
     """
     split = [sentences(p.text) for p in passages]
+    ranked = windows(question, split, [p.title for p in passages], size, rank_weight, rank_scale)
+    floor = min_ratio * ranked[0].score if ranked else 0.0
+    # token costs counted once per sentence and title line and added up: close to the packed line's
+    # count (a few tokens apart at the joins), which `prompts.pack_context` then holds exactly
+    sent_cost: dict[tuple[int, int], int] = {}
+    gap_cost = count(GAP)
     chosen: dict[int, set[int]] = {}
     best: dict[int, float] = {}
     used = 0
-    ranked = windows(question, split, [p.title for p in passages], size, rank_weight, rank_scale)
-    floor = min_ratio * ranked[0].score if ranked else 0.0
     for w in ranked:
         if w.score < floor:
             break
@@ -135,10 +139,12 @@ def select(question: str, passages: Sequence[Passage], budget: int, count: Calla
         new = set(range(w.start, w.end)) - have
         if not new:
             continue
-        line = _line(passages[w.rank], split[w.rank], have | new)
-        # the line grows, or a new line starts (after a newline); `pack_context` holds the exact budget
-        extra = count(line) - count(_line(passages[w.rank], split[w.rank], have)) if have else \
-            count(line) + (1 if used else 0)
+        extra = 0 if have else count(f"[{passages[w.rank].title}]") + (1 if used else 0)
+        for i in new:
+            if (w.rank, i) not in sent_cost:
+                sent_cost[w.rank, i] = count(" " + split[w.rank][i])
+            extra += sent_cost[w.rank, i]
+        extra += gap_cost * (_runs(have | new) - _runs(have))
         if used + extra > budget:
             continue  # a shorter window further down may still fit
         chosen[w.rank] = have | new
@@ -148,6 +154,11 @@ def select(question: str, passages: Sequence[Passage], budget: int, count: Calla
     return [replace(passages[r], text=_text(split[r], chosen[r])) for r in order]
 
 
+def _runs(keep: set[int]) -> int:
+    """Runs of consecutive sentences in `keep`, less one: the gaps marked between them."""
+    return max(0, sum(1 for i in keep if i - 1 not in keep) - 1)
+
+
 def _text(sents: Sequence[str], keep: set[int]) -> str:
     parts: list[str] = []
     for i in sorted(keep):
@@ -155,7 +166,3 @@ def _text(sents: Sequence[str], keep: set[int]) -> str:
             parts.append(GAP.strip())
         parts.append(sents[i])
     return " ".join(parts)
-
-
-def _line(p: Passage, sents: Sequence[str], keep: set[int]) -> str:
-    return replace(p, text=_text(sents, keep)).format()

@@ -38,7 +38,7 @@ from targ_mlx.prompts import pack_context  # noqa: E402
 
 QA = Path(__file__).resolve().parents[3] / "shared" / "data" / "qa"
 DATASETS = {"nq_open": QA / "nq_open_dev.jsonl", "triviaqa": QA / "triviaqa_dev.jsonl", "popqa": QA / "popqa_1k.jsonl"}
-GRID = [dict(size=s, rank_weight=w) for s in (1, 2, 3) for w in (0.0, 0.5, 1.0, 2.0, 4.0)]
+GRID = [dict(size=s, rank_weight=w) for s in (1, 2, 3) for w in (0.0, 1.0, 2.0, 4.0)]
 RATIOS = (0.0, 0.3, 0.5, 0.7)  # reading depth: windows below this share of the best score are left
 
 
