@@ -27,7 +27,7 @@ from targ_mlx.matching import FUNCTION_WORDS, normalize
 from targ_mlx.retrieval import Passage
 
 SELECT_FROM = 20  # passages a selection looks at
-WINDOW = 2  # sentences a window holds
+WINDOW = 1  # sentences a window holds (1 scored best of 1-3 on held-out questions)
 # The passage rank's share of a window's score: with it the search's order breaks ties between
 # windows the question's words score alike and keeps a top passage's best sentences in. Chosen on
 # held-out questions (scripts/bench/bench_selection.py --tune), not the ones it is reported on.
