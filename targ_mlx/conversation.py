@@ -1,17 +1,21 @@
 """Conversations: which earlier turns go into the prompt, and what retrieval searches for.
 
 `fit_history` keeps the latest turns that fit a token budget (oldest dropped first);
-`search_queries` turns a follow-up ("when was he born?") into standalone retrieval queries.
+`search_forms` turns a follow-up ("when was he born?") into weighted retrieval queries: the
+question as asked, and standalone forms built from the earlier turns, weighted by how much the
+question leans on them (`dependence`), so a new topic finds what it finds alone.
 The ways to do that are compared on TREC CAsT by `scripts/bench/bench_rewrite.py` (BENCHMARKS.md,
 row "standalone retrieval queries"). Nothing here touches the index or the decision log.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Callable, NamedTuple, Sequence
 
 from targ_mlx.defaults import DEFAULT_HISTORY_TOKENS, DEFAULT_REWRITE, REWRITE_METHODS  # noqa: F401
+from targ_mlx.matching import claim_words
 
 TURN_OVERHEAD_TOKENS = 10  # chat-template markers around one user + one assistant message
 REWRITE_MAX_TOKENS = 32
@@ -27,6 +31,55 @@ REWRITE_SYSTEM = ("Rewrite the user's last question so that it can be understood
                   "replace pronouns with the names they refer to. Reply with the rewritten question only.")
 # One worked example: SmolLM2-135M otherwise answers the question instead of rewriting it.
 REWRITE_EXAMPLE = ((("what is throat cancer?", ""),), "is it treatable?", "is throat cancer treatable?")
+
+
+# Words by which a question points back at an earlier turn ("when was *he* born?", "is *it*
+# treatable?"), and openers of an elliptical follow-up ("what about the oldest?").
+REFERRING = frozenset("he him his himself she her hers herself it its itself they them their theirs themselves "
+                      "this that these those there such".split())
+ELLIPTIC_OPENERS = ("what about", "how about", "and ", "tell me more", "what else", "anything else", "why not",
+                    "more about", "also ")
+# Words that say nothing of a topic on their own: a question left with at most SHORT_CONTENT_WORDS
+# others ("what are the main themes?") most likely continues the earlier topic.
+_GENERIC = frozenset(
+    "a an the and or of in on at to for from by with as is was were are be been being am do does did has have had "
+    "what when where why how who whom whose which can could should would will may might must shall not no yes "
+    "i you we me my your our us about some any many much more most other others than then so very just "
+    "main best good important common popular different difference differences types kind kinds way ways "
+    "tell know explain describe give get make use used".split())
+SHORT_CONTENT_WORDS = 2
+# The answer form keeps this many of the last answer's claim words: a long answer's tail would
+# otherwise outweigh the question in the query's vector.
+ANSWER_WORDS = 12
+# The fused search's weights (`retrieval.fuse`) at dependence 0 and 1, linear between: the
+# question as asked leads for a self-contained question and still counts a little for a
+# follow-up; the forms built from the earlier turns lead for a follow-up and still count a
+# little for a new topic (a question can name its topic and still lean on the earlier turns).
+# Chosen on TREC CAsT's even-numbered conversations (scripts/bench/bench_rewrite.py).
+ASKED_WEIGHT = (1.0, 0.25)
+CONTEXT_WEIGHT = (0.25, 1.0)
+
+
+class SearchForm(NamedTuple):
+    """One query a question is searched with, and its weight in the fused ranking."""
+
+    query: str
+    weight: float = 1.0
+
+
+def dependence(question: str) -> float:
+    """How much `question` leans on the earlier turns: 1 with a referring word or an elliptical
+    opener, 0.5 when it names too little to be a topic of its own, else 0."""
+    q = " ".join(question.lower().split())
+    words = re.findall(r"[a-z0-9']+", q)
+    if any(w in REFERRING for w in words) or q.startswith(ELLIPTIC_OPENERS):
+        return 1.0
+    content = [w for w in words if w not in _GENERIC]
+    return 0.5 if len(content) <= SHORT_CONTENT_WORDS else 0.0
+
+
+def _weight(pair: tuple[float, float], d: float) -> float:
+    return pair[0] + (pair[1] - pair[0]) * d
 
 
 class Turn(NamedTuple):
@@ -77,12 +130,20 @@ def questions_query(question: str, history: Sequence[Turn], kept: int | None = Q
     return " ".join(earlier + [question.strip()])
 
 
-def answer_query(question: str, history: Sequence[Turn], kept: int | None = 0) -> str:
+def answer_words(turn: Turn, limit: int | None = ANSWER_WORDS) -> str:
+    """What an answer says beyond its question (`matching.claim_words`: "Leonardo da Vinci painted
+    the Mona Lisa." asked "who painted the mona lisa" gives "leonardo da vinci"), its first `limit`
+    words (None: all)."""
+    return " ".join(claim_words(turn.answer, turn.question)[:limit])
+
+
+def answer_query(question: str, history: Sequence[Turn], kept: int | None = 0, whole: bool = False) -> str:
     """The cheap form with the previous turn's answer: the last `kept` earlier questions (default
-    none; None: all), the last answer, then the current question. A pronoun that stands for what was
-    answered ("he" after "who painted the mona lisa?") then has its name in the query; an empty answer
-    adds nothing."""
-    last = history[-1].answer.strip() if history else ""
+    none; None: all), what the last answer says beyond its question (`answer_words`; `whole`: the
+    answer as given), then the current question. A pronoun that stands for what was answered ("he"
+    after "who painted the mona lisa?") then has its name in the query, without the rest of the
+    answer pulling the search back to the earlier topic; an empty answer adds nothing."""
+    last = "" if not history else history[-1].answer.strip() if whole else answer_words(history[-1])
     head = questions_query("", history, kept).strip()
     return " ".join(part for part in (head, last, question.strip()) if part)
 
@@ -125,29 +186,49 @@ def model_rewrite(backbone, question: str, history: Sequence[Turn], max_tokens: 
     return clean_rewrite(tok.decode([t for t in out if t not in tok.eos_ids]), question)
 
 
-def search_queries(question: str, history: Sequence[Turn], method: str = DEFAULT_REWRITE, backbone=None,
-                   cancel: threading.Event | None = None) -> list[str]:
-    """What retrieval searches for: `question` itself without history, else its standalone form(s).
+def fused_forms(question: str, history: Sequence[Turn], asked: tuple[float, float] = ASKED_WEIGHT,
+                context: tuple[float, float] = CONTEXT_WEIGHT) -> list[SearchForm]:
+    """The default way: the question as asked, the questions form and (after an answer) the answer
+    form, weighted at `dependence(question)` between each pair's (independent, dependent) values."""
+    d = dependence(question)
+    w = _weight(context, d)
+    forms = [SearchForm(question, _weight(asked, d)), SearchForm(questions_query(question, history), w)]
+    if history and history[-1].answer.strip():
+        forms.append(SearchForm(answer_query(question, history), w))
+    return forms
+
+
+def search_forms(question: str, history: Sequence[Turn], method: str = DEFAULT_REWRITE, backbone=None,
+                 cancel: threading.Event | None = None) -> list[SearchForm]:
+    """What retrieval searches for: `question` itself without history, else weighted forms.
 
     Args:
-        method: "fused" (the questions form and the answer form, both searched and their rankings
-            fused: `retrieval.fuse`), "questions" (earlier questions + this one), "answer" (the last
-            answer + this one), "model" (the backbone rewrites it) or "none" (the question as asked).
+        method: "fused" (the question as asked, the questions form and the answer form, each searched
+            and their rankings fused with weights by `dependence`: `retrieval.fuse`), "questions"
+            (earlier questions + this one), "answer" (the last answer + this one), "model" (the
+            backbone rewrites it) or "none" (the question as asked); the last four are one form each.
         backbone: needed for "model".
     Returns:
-        one query, or two for "fused" (one when there is no earlier answer to add).
+        one form, or for "fused" the question as asked first, then the questions form and the
+        answer form (left out when there is no earlier answer to add).
     """
     if method not in REWRITE_METHODS:
         raise ValueError(f"rewrite method {method!r} unknown; choose one of {', '.join(REWRITE_METHODS)}")
     if not history or method == "none":
-        return [question]
+        return [SearchForm(question)]
     has_answer = bool(history[-1].answer.strip())  # not after a cancelled answer
-    if method == "questions" or (method in ("answer", "fused") and not has_answer):
-        return [questions_query(question, history)]
+    if method == "questions" or (method == "answer" and not has_answer):
+        return [SearchForm(questions_query(question, history))]
     if method == "answer":
-        return [answer_query(question, history)]
+        return [SearchForm(answer_query(question, history))]
     if method == "fused":
-        return [questions_query(question, history), answer_query(question, history)]
+        return fused_forms(question, history)
     if backbone is None:
         raise ValueError("rewrite method 'model' needs the backbone")
-    return [model_rewrite(backbone, question, history, cancel=cancel)]
+    return [SearchForm(model_rewrite(backbone, question, history, cancel=cancel))]
+
+
+def search_queries(question: str, history: Sequence[Turn], method: str = DEFAULT_REWRITE, backbone=None,
+                   cancel: threading.Event | None = None) -> list[str]:
+    """The query strings of `search_forms`, in its order."""
+    return [f.query for f in search_forms(question, history, method, backbone, cancel)]

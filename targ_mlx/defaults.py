@@ -37,6 +37,10 @@ REWRITE_METHODS = ("fused", "questions", "answer", "model", "none")  # how a fol
 # (recall@20 0.731, overlap@5 0.431) against either alone (questions 0.671 / 0.409, answer
 # 0.655 / 0.384); only forms with the answer find "Leonardo da Vinci" for "when was he born?".
 DEFAULT_REWRITE = "fused"
+# What reading reads: the search's top-K passages (the paper's), or the sentences of its top 20 most
+# likely to hold the answer (`targ_mlx.selection`), in the same context budget
+READ_MODES = ("passages", "sentences")
+DEFAULT_READ = "passages"
 
 # Shown when the gate finds no good source: the default index holds 10k lead sections, and a
 # bigger Wikipedia is one command away (BM25-only: minutes, not the hours encoding would take;

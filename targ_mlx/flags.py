@@ -12,6 +12,8 @@ from targ_mlx.defaults import (
     DEFAULT_HISTORY_TOKENS,
     DEFAULT_K,
     DEFAULT_MAX_TOKENS,
+    DEFAULT_READ,
+    READ_MODES,
     DEFAULT_REWRITE,
     REWRITE_METHODS,
 )
@@ -38,16 +40,24 @@ def add_common_args(p: argparse.ArgumentParser) -> None:
                    f"oldest dropped first (default {DEFAULT_HISTORY_TOKENS})")
     p.add_argument("--rewrite", choices=REWRITE_METHODS, help="in a chat: how a follow-up becomes a standalone "
                    f"search query (default {DEFAULT_REWRITE})")
+    p.add_argument("--read", choices=READ_MODES, help="what reading reads: the top-K passages, or the sentences of "
+                   f"the search's top 20 most likely to hold the answer, in the same budget (default {DEFAULT_READ})")
+
+
+def setting_flags(args: argparse.Namespace) -> dict:
+    """The answer settings the flags give (`add_common_args` and ask's own; None: not given)."""
+    return dict(tau=args.tau, gate=args.gate, k=args.k, max_tokens=args.max_tokens,
+                history_tokens=args.history_tokens, rewrite=args.rewrite, read=getattr(args, "read", None),
+                beta=getattr(args, "beta", None), n_samples=getattr(args, "n_samples", None),
+                temperature=getattr(args, "temp", None), seed=getattr(args, "seed", None),
+                top_k=getattr(args, "top_k", None), context_tokens=getattr(args, "context_tokens", None),
+                recheck_every=getattr(args, "recheck_every", None), prompt_style=getattr(args, "prompt", None))
 
 
 def settings_from_args(args: argparse.Namespace, cfg: Config, key: str) -> Settings:
     """The answer settings from config + the flags given (`add_common_args` and ask's own)."""
-    own = dict(beta=getattr(args, "beta", None), n_samples=getattr(args, "n_samples", None),
-               temperature=getattr(args, "temp", None), seed=getattr(args, "seed", None),
-               top_k=getattr(args, "top_k", None), context_tokens=getattr(args, "context_tokens", None),
-               recheck_every=getattr(args, "recheck_every", None), prompt_style=getattr(args, "prompt", None))
-    return Settings.from_config(cfg, key, tau=args.tau, gate=args.gate, k=args.k, max_tokens=args.max_tokens,
-                                history_tokens=args.history_tokens, rewrite=args.rewrite, **own)
+    flags = setting_flags(args)
+    return Settings.from_config(cfg, key, tau=flags.pop("tau"), **flags)
 
 
 def index_folders(flag: list[str] | None, configured: str | None) -> list[str]:

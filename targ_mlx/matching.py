@@ -34,7 +34,7 @@ def contains(text: str, answers: Sequence[str]) -> float:
 # Words that carry no claim: a draft's answer is what remains once these and the question's own
 # words are gone ("Leonardo da Vinci painted the Mona Lisa." asked "who painted the mona lisa"
 # leaves leonardo, da, vinci).
-_FUNCTION_WORDS = frozenset(
+FUNCTION_WORDS = frozenset(
     "a an the and or of in on at to for from by with as is was were are be been being it its he she they "
     "his her their this that these those which who whom whose what when where why how not no yes did "
     "does do has have had also than then there here i you we".split())
@@ -44,7 +44,7 @@ def claim_words(answer: str, question: str) -> list[str]:
     """The words of `answer` that say something the question does not: normalised, minus the
     question's words and function words, in order."""
     asked = set(normalize(question).split())
-    return [w for w in normalize(answer).split() if w not in asked and w not in _FUNCTION_WORDS]
+    return [w for w in normalize(answer).split() if w not in asked and w not in FUNCTION_WORDS]
 
 
 def says(context: str, answer: str, question: str) -> bool:

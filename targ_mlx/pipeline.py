@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from typing import Any, Sequence
 
-from targ_mlx import conversation, gates, prompts, retrieval
+from targ_mlx import conversation, gates, prompts, retrieval, selection
 from targ_mlx.runtime.backbone import Backbone
 from targ_mlx.conversation import Turn
 from targ_mlx.runtime.draft import Draft
@@ -55,13 +56,37 @@ def prepare(bb: Backbone, question: str, s: Any, history: Sequence[Turn] = ()) -
     return q, ids
 
 
+def packed_budget(bb: Backbone, question: str, s: Any, prefix_tokens: int = 0, history: Sequence[Turn] = ()) -> int:
+    """Context tokens: L_ctx, cut to the room the window leaves (never below 0)."""
+    base = len(prompt_ids(bb, question, s.prompt_style, context=" ", history=history))
+    room = bb.context_length - base - s.max_tokens - prefix_tokens
+    return max(0, min(s.context_tokens, room))
+
+
 def pack(bb: Backbone, question: str, hits: Sequence[Passage], s: Any, prefix_tokens: int = 0,
          history: Sequence[Turn] = ()) -> prompts.PackedContext:
     """Top-K passages cut to L_ctx and to the room the window leaves (never below 0 tokens)."""
-    base = len(prompt_ids(bb, question, s.prompt_style, context=" ", history=history))
-    room = bb.context_length - base - s.max_tokens - prefix_tokens
     tok = bb.tokenizer
-    return prompts.pack_context(hits, max(0, min(s.context_tokens, room)), tok.encode, tok.decode)
+    return prompts.pack_context(hits, packed_budget(bb, question, s, prefix_tokens, history), tok.encode, tok.decode)
+
+
+def search_depth(s: Any) -> int:
+    """Passages a search returns: the top K, or the selection's SELECT_FROM when it reads sentences."""
+    return max(s.top_k, selection.SELECT_FROM) if getattr(s, "read", "passages") == "sentences" else s.top_k
+
+
+def pack_found(bb: Backbone, question: str, found: Sequence[Passage], s: Any, prefix_tokens: int = 0,
+               history: Sequence[Turn] = ()) -> prompts.PackedContext:
+    """The top K of `found` packed as the gate sees them, with what reading reads: the same, or
+    (`s.read == "sentences"`) the selected sentences of all of `found` in the same budget."""
+    packed = pack(bb, question, found[: s.top_k], s, prefix_tokens, history)
+    if getattr(s, "read", "passages") != "sentences":
+        return packed
+    budget = packed_budget(bb, question, s, prefix_tokens, history)
+    count = lambda text: len(bb.tokenizer.encode(text))  # noqa: E731
+    chosen = selection.select(question, found, budget, count)
+    tok = bb.tokenizer
+    return replace(packed, read=prompts.pack_context(chosen, budget, tok.encode, tok.decode))
 
 
 def retrieve(bb: Backbone, retriever, question: str, s: Any, prefix_tokens: int = 0,
@@ -71,8 +96,11 @@ def retrieve(bb: Backbone, retriever, question: str, s: Any, prefix_tokens: int 
     follow-up into its standalone form included) and what was searched (a fused search's
     queries joined by QUERY_SEPARATOR)."""
     t0 = time.perf_counter()
-    queries = conversation.search_queries(question, history, s.rewrite, bb, cancel) if history else [question]
-    packed = pack(bb, question, retrieval.search_fused(retriever, queries, s.top_k), s, prefix_tokens, history)
+    forms = conversation.search_forms(question, history, s.rewrite, bb, cancel) if history else [
+        conversation.SearchForm(question)]
+    queries = [f.query for f in forms]
+    found = retrieval.search_fused(retriever, queries, search_depth(s), [f.weight for f in forms])
+    packed = pack_found(bb, question, found, s, prefix_tokens, history)
     return packed, time.perf_counter() - t0, QUERY_SEPARATOR.join(queries)
 
 

@@ -30,6 +30,13 @@ class PackedContext:
     passages: tuple[Passage, ...]  # as they go into the prompt; the last one may be cut
     text: str
     tokens: int
+    # what reading reads when it is not these passages (the selected sentences of a deeper search:
+    # `pipeline.retrieve`); the gate looks at the passages above either way
+    read: "PackedContext | None" = None
+
+    @property
+    def reading(self) -> "PackedContext":
+        return self.read or self
 
 
 def _user_turn(question: str, context: str | None) -> str:

@@ -66,9 +66,10 @@ def fuse(rankings: Sequence[Sequence[Passage]], k: int, c: int = RRF_C,
     return [first[key] for key in order[:k]]
 
 
-def search_fused(retriever: Retriever, queries: Sequence[str], k: int) -> list[Passage]:
+def search_fused(retriever: Retriever, queries: Sequence[str], k: int,
+                 weights: Sequence[float] | None = None) -> list[Passage]:
     """The top `k` for one query, or for several queries of one question their rankings
-    (FUSE_DEPTH deep) fused by `fuse`."""
+    (FUSE_DEPTH deep) fused by `fuse` with `weights` (1 each unless given)."""
     if len(queries) == 1:
         return retriever.search(queries[0], k)
-    return fuse(retriever.search_batch(queries, max(k, FUSE_DEPTH)), k)
+    return fuse(retriever.search_batch(queries, max(k, FUSE_DEPTH)), k, weights=weights)

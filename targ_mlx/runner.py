@@ -189,7 +189,7 @@ def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] |
         if packed is None:
             packed, searched = search()
             yield Searched(_refs(packed, False), st.lat["retrieval"], searched)
-        final_ids = pipeline.prompt_ids(bb, q, s.prompt_style, packed.text or None, turns)
+        final_ids = pipeline.prompt_ids(bb, q, s.prompt_style, packed.reading.text or None, turns)
         ids = final_ids + prefix
         st.out = list(prefix)
         st.shown = [t for t in prefix if t not in bb.tokenizer.eos_ids]
@@ -209,12 +209,12 @@ def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] |
         question=q, answer=text, model=bb.model_id, gate=s.gate, tau=s.tau, score=decision.signal,
         retrieved=read, note=unavailable if (decision.retrieve or SEARCH in g.needs) and unavailable else "",
         k=s.k, beta=s.beta, n_samples=s.n_samples if SAMPLES in g.needs else 0, temperature=s.temperature,
-        scores=scores, passages=_refs(packed, True) if read and packed is not None else (),
+        scores=scores, passages=_refs(packed.reading, True) if read and packed is not None else (),
         found=_refs(packed, False) if packed is not None else (), searched=packed is not None,
         reason=decision.reason if not (rechecked_at and read) else f"re-check at token {rechecked_at} → read",
         no_source=decision.no_source, confirmed=sig.confirmed,
         tokens=TokenCounts(prompt=len(base_ids), draft=len(d.tokens) if d else 0,
-                           context=packed.tokens if read and packed is not None else 0, output=n_out,
+                           context=packed.reading.tokens if read and packed is not None else 0, output=n_out,
                            samples=sum(len(x) for x in d.samples) if d else 0),
         latency=Latency(total=time.perf_counter() - t_start, **st.lat), finish_reason=finish,
         rechecked_at=rechecked_at, search_query=searched, history_turns=len(turns),

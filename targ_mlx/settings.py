@@ -23,6 +23,8 @@ from targ_mlx.defaults import (
     PAPER_MAX_TOKENS,
     DEFAULT_N_SAMPLES,
     DEFAULT_PROMPT,
+    DEFAULT_READ,
+    READ_MODES,
     DEFAULT_REWRITE,
     DEFAULT_TEMPERATURE,
     DEFAULT_TOP_K,
@@ -50,6 +52,7 @@ class Settings:
     prompt_style: str = DEFAULT_PROMPT
     history_tokens: int = DEFAULT_HISTORY_TOKENS  # earlier chat turns kept in the prompt
     rewrite: str = DEFAULT_REWRITE  # how a follow-up becomes a standalone search query
+    read: str = DEFAULT_READ  # what reading reads: the top-K passages, or the selected sentences of the top 20
     # the evidence gate's calibration for this model (`Config.evidence_calibration`) and what it is:
     # "shipped", "default (pooled)", "user, 300 questions, <date>"; None: the shipped one for the model
     calibration: Mapping | None = field(default=None, compare=False, repr=False)
@@ -84,6 +87,8 @@ class Settings:
         _at_least("history_tokens", self.history_tokens, 0, "--history-tokens 512")
         if self.rewrite not in REWRITE_METHODS:
             raise ValueError(f"rewrite {self.rewrite!r} unknown; choose one of {', '.join(REWRITE_METHODS)}")
+        if self.read not in READ_MODES:
+            raise ValueError(f"read {self.read!r} unknown; choose one of {', '.join(READ_MODES)}")
         if self.prompt_style not in PROMPT_STYLES:
             raise ValueError(f"prompt style {self.prompt_style!r} unknown; choose one of {', '.join(PROMPT_STYLES)}")
 

@@ -58,25 +58,26 @@ def test_questions_form_carries_the_topic(row):
 @pytest.mark.parametrize("row", [r for r in CAST if r["history"]], ids=lambda r: r["id"])
 def test_answer_form_adds_the_last_answer_before_the_question(row):
     # CAsT has no answers: a stand-in answer per earlier question (the benchmark generates real ones)
-    history = [Turn(q, f"answer to {q}") for q in row["history"]]
+    history = [Turn(q, "The Zanzibar.") for q in row["history"]]
     query = answer_query(row["question"], history)
-    assert query == f"{history[-1].answer} {row['question']}"
+    assert query == f"zanzibar {row['question']}"  # what the answer says beyond its question
+    assert answer_query(row["question"], history, whole=True) == f"{history[-1].answer} {row['question']}"
     assert search_queries(row["question"], history, "answer") == [query]
     every = answer_query(row["question"], history, kept=None)
-    assert every == " ".join([q.strip() for q in row["history"]] + [history[-1].answer, row["question"]])
+    assert every == " ".join([q.strip() for q in row["history"]] + ["zanzibar", row["question"]])
     # without an answer (CAsT gives none) the method falls back to the questions form
     no_answers = [Turn(q, "") for q in row["history"]]
     assert answer_query(row["question"], no_answers, kept=None) == questions_query(row["question"], no_answers)
-    for method in ("answer", "fused"):
-        assert search_queries(row["question"], no_answers, method) == [questions_query(row["question"], no_answers)]
-    # with answers, the default searches both forms
-    assert search_queries(row["question"], history) == [questions_query(row["question"], history), query]
+    assert search_queries(row["question"], no_answers, "answer") == [questions_query(row["question"], no_answers)]
+    # the default searches the question as asked beside the questions form, and the answer form after an answer
+    assert search_queries(row["question"], no_answers) == [row["question"], questions_query(row["question"], no_answers)]
+    assert search_queries(row["question"], history) == [row["question"], questions_query(row["question"], history),
+                                                        query]
 
 
 def test_answer_form_names_who_was_answered():
     history = [Turn("who painted the mona lisa", "Leonardo da Vinci painted the Mona Lisa.")]
-    assert search_queries("when was he born?", history, "answer") == [
-        "Leonardo da Vinci painted the Mona Lisa. when was he born?"]
+    assert search_queries("when was he born?", history, "answer") == ["leonardo da vinci when was he born?"]
     assert "Leonardo" not in search_queries("when was he born?", history, "questions")[0]
 
 

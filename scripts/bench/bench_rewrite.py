@@ -7,10 +7,20 @@ shares with the reference's top 5:
   recall@20   |top20(query) & top5(rewrite)| / 5
 Ways: `none` (the question as asked), `questions-1/2/all` (that many earlier questions + the
 question: `conversation.questions_query`), `answer` / `questions-1+answer` / `questions-all+answer`
-(that many earlier questions + the previous turn's answer + the question: `conversation.answer_query`),
-`fused` (the default: the questions-all and the answer query, each searched, rankings fused by
-reciprocal rank: `retrieval.fuse`), `model` (the backbone rewrites it: `conversation.model_rewrite`,
-one short greedy generation, timed).
+(that many earlier questions + what the previous answer says beyond its question + the question:
+`conversation.answer_query`), `answer-whole` (the previous answer as given + the question),
+`fused-equal` (questions-all and answer-whole, each searched, rankings fused by
+reciprocal rank: `retrieval.fuse`), `fused` (the default: the question as asked beside those two,
+weighted by how much the question leans on the earlier turns: `conversation.fused_forms`),
+`model` (the backbone rewrites it: `conversation.model_rewrite`, one short greedy generation, timed).
+
+Topic switches: every turn with earlier turns is also asked with the first question of the next
+conversation in its place (a new topic, standalone by construction); a way keeps the switched
+question's own search when its top 5 overlaps the question's standalone top 5 (switch@5) and when 2
+of the standalone top 3 are in its top 3 (switch 2/3).
+
+`--tune` picks `fused`'s weights on the even-numbered conversations (recall@20 on CAsT, switch@5
+on the switches, their mean) from a small grid and reports the pick on the odd-numbered ones.
 
 CAsT gives the earlier questions but not the answers, so the assistant's own are generated: every
 question of a conversation is answered once, in order, as the chat app answers it with the gate
@@ -44,7 +54,8 @@ from targ_mlx import bind_openblas
 
 bind_openblas()  # before mlx.core loads
 
-from targ_mlx.conversation import Turn, answer_query, model_rewrite, questions_query, search_queries
+from targ_mlx.conversation import (ASKED_WEIGHT, CONTEXT_WEIGHT, SearchForm, Turn, answer_query, fused_forms,
+                                   model_rewrite, questions_query)
 from targ_mlx.retrieval import FUSE_DEPTH, fuse
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data", "conv", "trec_cast_2019_2020.jsonl")
@@ -54,7 +65,13 @@ WAYS = {name: (questions_query, kept) for name, kept in CHEAP.items()} | {
     name: (answer_query, kept) for name, kept in WITH_ANSWER.items()}
 
 
-WAYS["fused"] = (lambda question, history, kept: search_queries(question, history, "fused"), None)  # the default
+WAYS["answer-whole"] = (lambda question, history, kept: answer_query(question, history, whole=True), None)
+# the default before the question as asked joined it: questions-all and answer-whole, equal weights
+WAYS["fused-equal"] = (lambda question, history, kept: [SearchForm(questions_query(question, history)),
+                                                        SearchForm(answer_query(question, history, whole=True))],
+                       None)
+WAYS["fused"] = (lambda question, history, kept: fused_forms(question, history), None)  # the default
+GRID = [((1.0, a), (c, 1.0)) for a in (0.0, 0.25, 0.5) for c in (0.1, 0.25, 0.5)]
 
 
 def cheap_queries(question: str, history: list[Turn]) -> dict[str, str | list[str]]:
@@ -112,8 +129,9 @@ def search(retriever, qs: list, top: int) -> list[list]:
     (searched one entry at a time, the run did not finish in 5 min beside a test run)."""
     if all(isinstance(q, str) for q in qs):
         return retriever.search_batch(qs, top)
-    found = iter(retriever.search_batch([q for group in qs for q in group], max(top, FUSE_DEPTH)))
-    return [fuse([next(found) for _ in group], top) for group in qs]
+    groups = [[f if isinstance(f, SearchForm) else SearchForm(f) for f in group] for group in qs]
+    found = iter(retriever.search_batch([f.query for group in groups for f in group], max(top, FUSE_DEPTH)))
+    return [fuse([next(found) for _ in group], top, weights=[f.weight for f in group]) for group in groups]
 
 
 def score(turns: list[dict], queries: dict[str, list], retriever, top: int = 20) -> dict[str, dict]:
@@ -126,6 +144,50 @@ def score(turns: list[dict], queries: dict[str, list], retriever, top: int = 20)
         out[name] = {"overlap@5": statistics.mean(overlap(f, r, 5) for f, r in pairs),
                      "recall@20": statistics.mean(overlap(f, r, top) for f, r in pairs), "n": len(pairs)}
     return out
+
+
+def switches(turns: list[dict], rows: list[dict]) -> list[tuple[dict, str]]:
+    """(turn, new question) pairs: every turn with earlier turns, its question replaced by the first
+    question of the next conversation (a new topic)."""
+    firsts = [r["question"] for r in rows if not r["history"]]
+    convs = list(dict.fromkeys(r["conversation"] for r in rows))
+    first_of = dict(zip(convs, firsts))
+    nxt = {c: first_of[convs[(i + 1) % len(convs)]] for i, c in enumerate(convs)}
+    return [(t, nxt[t["conversation"]]) for t in turns]
+
+
+def switch_scores(pairs: list[tuple[dict, str]], queries: dict[str, list], retriever) -> dict[str, dict]:
+    """switch@5 (the standalone top 5 kept in a way's top 5) and switch 2/3 (2 of the standalone top 3
+    in its top 3) of every way's queries for the switched questions."""
+    alone = retriever.search_batch([q for _, q in pairs], 5)
+    out = {}
+    for name, qs in queries.items():
+        found = search(retriever, qs, 5)
+        out[name] = {"switch@5": statistics.mean(overlap(f, a, 5) for f, a in zip(found, alone)),
+                     "switch 2/3": statistics.mean(len({p.key for p in f[:3]} & {p.key for p in a[:3]}) >= 2
+                                                   for f, a in zip(found, alone)), "n": len(pairs)}
+    return out
+
+
+def tune(turns, pairs, history, retriever) -> dict:
+    """`fused`'s weights chosen on the even-numbered conversations, judged on the odd ones."""
+    convs = list(dict.fromkeys(t["conversation"] for t in turns))
+    even = {c for i, c in enumerate(convs) if i % 2 == 0}
+    rows = []
+    for asked, context in GRID:
+        def form(t, q):
+            return fused_forms(q, history(t), asked, context)
+        result = {"asked": asked, "context": context}
+        for half, keep in (("dev", lambda c: c in even), ("test", lambda c: c not in even)):
+            ts = [t for t in turns if keep(t["conversation"])]
+            ps = [(t, q) for t, q in pairs if keep(t["conversation"])]
+            cast = score(ts, {"w": [form(t, t["question"]) for t in ts]}, retriever)["w"]
+            sw = switch_scores(ps, {"w": [form(t, q) for t, q in ps]}, retriever)["w"]
+            result[half] = {"recall@20": cast["recall@20"], "overlap@5": cast["overlap@5"], **sw,
+                            "objective": (cast["recall@20"] + sw["switch@5"]) / 2}
+        rows.append(result)
+    best = max(rows, key=lambda r: r["dev"]["objective"])
+    return {"grid": rows, "best": best, "shipped": {"asked": ASKED_WEIGHT, "context": CONTEXT_WEIGHT}}
 
 
 def cpu_flags() -> str:
@@ -164,6 +226,7 @@ def main(argv=None):
     ap.add_argument("--output-dir", default="runs/bench_rewrite")
     ap.add_argument("--answers", help="cache of the generated answers (default: OUTPUT_DIR/answers.jsonl)")
     ap.add_argument("--example", nargs=2, metavar=("Q1", "Q2"), help="also print each way's top 5 for Q2 after Q1")
+    ap.add_argument("--tune", action="store_true", help="choose fused's weights on even conversations (see above)")
     args = ap.parse_args(argv)
     from targ_mlx.assistant import Assistant, Settings
     from targ_mlx.runtime.backbone import load_backbone
@@ -188,6 +251,10 @@ def main(argv=None):
     for name, (form, kept) in WAYS.items():
         queries[name], latency[name] = timed(lambda t: form(t["question"], history(t), kept), turns)
     everything = score(turns, queries, retriever)
+    pairs = switches(turns, rows)
+    switched = switch_scores(pairs, {name: [form(q, history(t), kept) for t, q in pairs]
+                                     for name, (form, kept) in WAYS.items()}, retriever)
+    tuned = tune(turns, pairs, history, retriever) if args.tune else None
     differ = [i for i, t in enumerate(turns) if t["question"] != t["rewrite"]]
     changed = score([turns[i] for i in differ], {n: [q[i] for i in differ] for n, q in queries.items()}, retriever)
 
@@ -210,7 +277,7 @@ def main(argv=None):
             "answers": len(answers), "answer_seconds": round(answer_s, 1)}
     with open(os.path.join(args.output_dir, "results.json"), "w") as f:
         json.dump({"meta": meta, "all": everything, "differing": changed, "sample": on_sample, "latency": latency,
-                   "example": checked,
+                   "example": checked, "switches": switched, "tune": tuned,
                    "queries": [{"id": t["id"], "question": t["question"], "manual": t["rewrite"]}
                                | {name: q[i] for name, q in queries.items()} for i, t in enumerate(turns)],
                    "rewrites": [{"id": turns[i]["id"], "question": turns[i]["question"], "manual": turns[i]["rewrite"],
@@ -219,6 +286,19 @@ def main(argv=None):
     print(table(f"All {len(turns)} turns with earlier turns:", everything, latency))
     print()
     print(table(f"The {len(differ)} turns whose manual rewrite differs from the question:", changed, latency))
+    print()
+    print(f"Topic switches ({len(pairs)}): | way | switch@5 | switch 2/3 |")
+    for name, sc in switched.items():
+        print(f"| {name} | {sc['switch@5']:.3f} | {sc['switch 2/3']:.3f} |")
+    if tuned:
+        print()
+        print("| asked (0, 1) | context (0, 1) | dev recall@20 | dev switch@5 | dev objective | test recall@20 | "
+              "test switch@5 | test switch 2/3 |")
+        for r in tuned["grid"]:
+            d, t = r["dev"], r["test"]
+            print(f"| {r['asked']} | {r['context']} | {d['recall@20']:.3f} | {d['switch@5']:.3f} | {d['objective']:.3f} "
+                  f"| {t['recall@20']:.3f} | {t['switch@5']:.3f} | {t['switch 2/3']:.3f} |")
+        print(f"picked on dev: asked {tuned['best']['asked']}, context {tuned['best']['context']}")
     if n:
         print()
         print(table(f"Seeded sample of {n} turns, with the model's rewrite:", on_sample, latency))

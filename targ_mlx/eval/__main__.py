@@ -18,7 +18,8 @@ bind_openblas()  # an entry point: bind before the imports below load mlx.core
 from targ_mlx.eval.datasets import DATASETS, DEFAULT_LIMIT, dataset_name, load_hf, max_tokens_for, read_jsonl, sample
 from targ_mlx.eval.record import DEFAULT_CONTEXT_TOKENS, DEFAULT_K, EVAL_PROMPT, K_MAX, RecordSettings
 from targ_mlx.eval.run import DEFAULT_BATCH, DEFAULT_LATENCY_SAMPLE
-from targ_mlx.defaults import DEFAULT_BETA, DEFAULT_N_SAMPLES, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, PROMPT_STYLES
+from targ_mlx.defaults import (DEFAULT_BETA, DEFAULT_N_SAMPLES, DEFAULT_READ, DEFAULT_TEMPERATURE, DEFAULT_TOP_K,
+                               PROMPT_STYLES, READ_MODES)
 from targ_mlx.retrieval import RETRIEVER_HELP, RETRIEVERS
 
 logger = logging.getLogger(__name__)
@@ -46,6 +47,9 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--temp", type=float, default=DEFAULT_TEMPERATURE, help=f"variance gate temperature (default {DEFAULT_TEMPERATURE})")
     p.add_argument("--beta", type=float, default=DEFAULT_BETA, help=f"margin link temperature (default {DEFAULT_BETA:g})")
     p.add_argument("--top-k", type=int, default=DEFAULT_TOP_K, help=f"passages retrieved (default {DEFAULT_TOP_K})")
+    p.add_argument("--read", choices=READ_MODES, default=DEFAULT_READ,
+                   help=f"what the Always branch reads: the top-K passages (default {DEFAULT_READ}), or the selected "
+                        "sentences of the search's top 20 in the same budget (records' always.read, always.read_hit)")
     p.add_argument("--context-tokens", type=int, default=DEFAULT_CONTEXT_TOKENS,
                    help=f"context budget L_ctx (default {DEFAULT_CONTEXT_TOKENS})")
     p.add_argument("--max-tokens", type=int, help="answer cap (default 32; 50 for musique)")
@@ -129,7 +133,7 @@ def evaluate_dataset(name, items, args, out: Path, bb, retriever, log, session, 
     s = RecordSettings(k_max=args.k_max, n_samples=args.n_samples, temperature=args.temp, beta=args.beta,
                        top_k=args.top_k, context_tokens=args.context_tokens,
                        max_tokens=args.max_tokens or max_tokens_for(name), prompt_style=args.prompt, seed=args.seed,
-                       baselines=not args.no_baselines)
+                       baselines=not args.no_baselines, read=args.read)
     s = replace(s, ks=tuple(k for k in s.ks if k <= s.k_max) or (s.k_max,))
     run_info: dict = {}
     if not args.report_only:

@@ -21,6 +21,7 @@ from targ_mlx.defaults import (  # noqa: F401  (DEFAULT_K: the eval CLI's defaul
     DEFAULT_K,
     PAPER_MAX_TOKENS,
     DEFAULT_N_SAMPLES,
+    DEFAULT_READ,
     DEFAULT_TEMPERATURE,
     DEFAULT_TOP_K,
 )
@@ -54,6 +55,7 @@ class RecordSettings:
     prompt_style: str = EVAL_PROMPT
     seed: int = 0
     baselines: bool = True
+    read: str = DEFAULT_READ  # what the Always branch reads: the top-K passages, or the selected sentences
 
 
 @dataclass
@@ -150,11 +152,11 @@ def _context_part(bb: Backbone, items: Sequence[QAItem], found: Sequence[Sequenc
     tok = bb.tokenizer
     qs = [it.question.strip() for it in items]
     t0 = time.perf_counter()
-    packed = [pipeline.pack(bb, q, hits, s) for q, hits in zip(qs, found)]
+    packed = [pipeline.pack_found(bb, q, hits, s) for q, hits in zip(qs, found)]
     cost["retrieval"] = cost.get("retrieval", 0.0) + time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    rag_ids = [pipeline.prompt_ids(bb, q, s.prompt_style, p.text or None) for q, p in zip(qs, packed)]
+    rag_ids = [pipeline.prompt_ids(bb, q, s.prompt_style, p.reading.text or None) for q, p in zip(qs, packed)]
     always = batch.greedy_batch(bb, rag_ids, s.max_tokens)
     cost["always"] = time.perf_counter() - t0
 
@@ -169,10 +171,12 @@ def _context_part(bb: Backbone, items: Sequence[QAItem], found: Sequence[Sequenc
     branches = []
     for it, q, p, toks, hits, d in zip(items, qs, packed, always.tokens, found, drafts):
         a_ans, a_len = pipeline.answer_text(bb, toks, s.max_tokens)
-        branches.append({"answer": a_ans, **score_all(a_ans, it.answers), "tok_out": a_len, "tok_ctx": p.tokens,
-                         "passages": [passage_row(x) for x in p.passages],
+        branches.append({"answer": a_ans, **score_all(a_ans, it.answers), "tok_out": a_len,
+                         "tok_ctx": p.reading.tokens, "passages": [passage_row(x) for x in p.passages],
                          "confirms": {str(k): int(pipeline.confirms(tok, d[:k], p.text, q)) for k in s.ks},
-                         "hit": contains(" ".join(h.text for h in hits), it.answers)})
+                         "hit": contains(" ".join(h.text for h in hits[: s.top_k]), it.answers)}
+                        | ({"read": [passage_row(x) for x in p.read.passages],
+                            "read_hit": contains(p.read.text, it.answers)} if p.read is not None else {}))
     return branches, p_rel
 
 
@@ -187,7 +191,7 @@ def record_batch(bb: Backbone, retriever, items: Sequence[QAItem], s: RecordSett
     cost = dict(retrieval=0.0, draft=0.0, always=0.0, probes=0.0)
     if found is None:
         t0 = time.perf_counter()
-        found = retriever.search_batch(qs, s.top_k)
+        found = retriever.search_batch(qs, pipeline.search_depth(s))
         cost["retrieval"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()

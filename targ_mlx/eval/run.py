@@ -15,6 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Sequence
 
+from targ_mlx import pipeline
 from targ_mlx.eval.datasets import QAItem
 from targ_mlx.eval.latency import time_question
 from targ_mlx.eval.record import QuestionRecord, RecordSettings, record_batch, rerecord_batch
@@ -106,7 +107,7 @@ def run_records(bb, retriever, items: Sequence[QAItem], s: RecordSettings, out_d
     pending = [it for it in items if it.id not in done]
     # one search_batch for every pending question: the encoder is fastest on many short queries
     t0 = time.perf_counter()
-    hits = dict(zip((it.id for it in pending), retriever.search_batch([it.question.strip() for it in pending], s.top_k)
+    hits = dict(zip((it.id for it in pending), retriever.search_batch([it.question.strip() for it in pending], pipeline.search_depth(s))
                     if pending else []))
     search_share = (time.perf_counter() - t0) / max(len(pending), 1)
     for b in range(math.ceil(total / batch_size)):

@@ -15,7 +15,7 @@ from typing import Any, Literal, Mapping
 
 from targ_mlx.config import Config, load_config
 from targ_mlx.errors import QuestionError, check_text
-from targ_mlx.flags import add_common_args, settings_from_args  # noqa: F401  (re-exported for the faces)
+from targ_mlx.flags import add_common_args, setting_flags, settings_from_args  # noqa: F401  (re-exported for the faces)
 from targ_mlx.settings import Settings
 
 # how the index opens: on the first search (ask, serve: an answer from memory never loads it),
@@ -54,14 +54,8 @@ class Options:
     @classmethod
     def from_args(cls, args: argparse.Namespace, **kw: Any) -> Options:
         """From flags added by `add_common_args` (and `targ ask`'s own); `kw` sets the rest."""
-        own = dict(beta=getattr(args, "beta", None), n_samples=getattr(args, "n_samples", None),
-                   temperature=getattr(args, "temp", None), seed=getattr(args, "seed", None),
-                   top_k=getattr(args, "top_k", None), context_tokens=getattr(args, "context_tokens", None),
-                   recheck_every=getattr(args, "recheck_every", None), prompt_style=getattr(args, "prompt", None))
-        settings = dict(tau=args.tau, gate=args.gate, k=args.k, max_tokens=args.max_tokens,
-                        history_tokens=args.history_tokens, rewrite=args.rewrite, **own)
         return cls(model=args.model, index=tuple(args.index or ()), retriever=args.retriever, db=args.db,
-                   config=args.config, settings=settings, **kw)
+                   config=args.config, settings=setting_flags(args), **kw)
 
     def resolve(self) -> tuple[Config, Settings]:
         """(the config with this model and log, the answer settings): bad values fail here."""

@@ -1,0 +1,141 @@
+"""What is read, at equal context tokens: the search's top 5 passages against the selected sentences
+of its top 20 (`targ_mlx.selection`), side by side on the same searches.
+
+read-hit = an accepted answer string occurs in the context as packed for the prompt (the eval's
+`contains` over `prompts.pack_context`'s text at --budget tokens of the model's tokenizer: what the
+records' `always.hit` means), on the eval's own seeded samples (500 questions, seed 0, as
+`python -m targ_mlx.eval` draws them). Each index is searched as the apps search it
+(`open_indexes`: its default mode). Also: hit@5 and hit@20 of the whole passages (the ranking's
+ceiling), the mean context tokens each way fills, and the milliseconds the selection adds.
+
+--tune chooses the selection's window size and rank weight on 300 other questions per dataset (seed 1,
+none of the reported ones) by the mean read-hit over the datasets, and reports them on the sample.
+
+    python scripts/bench/bench_selection.py --index vital=index/vital-articles-minilm --output runs/selection.json
+    python scripts/bench/bench_selection.py --index vital=index/vital-articles-minilm --tune --limit 300
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import time
+from datetime import date
+from pathlib import Path
+
+from targ_mlx import bind_openblas
+
+bind_openblas()  # before mlx.core loads
+
+from targ_mlx import selection  # noqa: E402
+from targ_mlx.eval.datasets import read_jsonl, sample  # noqa: E402
+from targ_mlx.eval.metrics import contains  # noqa: E402
+from targ_mlx.index.merged import open_indexes  # noqa: E402
+from targ_mlx.prompts import pack_context  # noqa: E402
+
+QA = Path(__file__).resolve().parents[3] / "shared" / "data" / "qa"
+DATASETS = {"nq_open": QA / "nq_open_dev.jsonl", "triviaqa": QA / "triviaqa_dev.jsonl", "popqa": QA / "popqa_1k.jsonl"}
+GRID = [dict(size=s, rank_weight=w) for s in (1, 2, 3) for w in (0.0, 1.0, 2.0, 4.0)]
+RATIOS = (0.0, 0.3, 0.5, 0.7)  # reading depth: windows below this share of the best score are left
+
+
+def held_out(items, limit: int, seed: int, exclude: set[str]):
+    return sample([it for it in items if it.id not in exclude], limit, seed)
+
+
+def measure(items, found, tok, budget: int, **params) -> dict:
+    """read-hit and tokens of the top 5 and of the selection over the same searches."""
+    encode, decode = tok.encode, tok.decode
+    count = lambda s: len(encode(s))  # noqa: E731
+    top5, sel, t5_tok, sel_tok, secs = [], [], [], [], []
+    for it, ps in zip(items, found):
+        a = pack_context(ps[:5], budget, encode, decode)
+        t0 = time.perf_counter()
+        chosen = selection.select(it.question, ps[: selection.SELECT_FROM], budget, count, **params)
+        b = pack_context(chosen, budget, encode, decode)
+        secs.append(time.perf_counter() - t0)
+        top5.append(contains(a.text, it.answers))
+        sel.append(contains(b.text, it.answers))
+        t5_tok.append(a.tokens)
+        sel_tok.append(b.tokens)
+    return {"top5": statistics.mean(top5), "selection": statistics.mean(sel), "top5_tokens": statistics.mean(t5_tok),
+            "selection_tokens": statistics.mean(sel_tok), "selection_ms": 1000 * statistics.mean(secs),
+            "hit@5": statistics.mean(contains(" ".join(p.text for p in ps[:5]), it.answers) for it, ps in zip(items, found)),
+            "hit@20": statistics.mean(contains(" ".join(p.text for p in ps[:20]), it.answers)
+                                      for it, ps in zip(items, found)), "n": len(items),
+            "paired": {"both": sum(a and b for a, b in zip(top5, sel)), "top5_only": sum(a and not b for a, b in zip(top5, sel)),
+                       "selection_only": sum(b and not a for a, b in zip(top5, sel))}}
+
+
+def search_all(retriever, items, depth: int = 20) -> tuple[list, float]:
+    t0 = time.perf_counter()
+    found = []
+    qs = [it.question for it in items]
+    for i in range(0, len(qs), 50):
+        found += retriever.search_batch(qs[i: i + 50], depth)
+    return found, 1000 * (time.perf_counter() - t0) / max(1, len(qs))
+
+
+def cpu_flags() -> str:
+    out = subprocess.run("grep -o 'avx512[a-z_]*\\|avx2\\|amx[a-z_0-9]*' /proc/cpuinfo | sort -u", shell=True,
+                         capture_output=True, text=True).stdout.split()
+    return " ".join(out) or "-"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--index", action="append", required=True, metavar="NAME=DIR")
+    p.add_argument("--datasets", default=",".join(DATASETS))
+    p.add_argument("--limit", type=int, default=500)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--budget", type=int, default=512, help="context tokens (the eval's L_ctx)")
+    p.add_argument("--model", default="smollm2-135m", help="whose tokenizer counts the tokens")
+    p.add_argument("--tune", action="store_true", help="choose size and rank weight on held-out questions first")
+    p.add_argument("--output", default="runs/selection.json")
+    args = p.parse_args(argv)
+    from targ_mlx.runtime.backbone import load_backbone
+
+    tok = load_backbone(args.model).tokenizer
+    names = args.datasets.split(",")
+    out = {"meta": {"date": str(date.today()), "machine": platform.machine(), "cpu_flags": cpu_flags(),
+                    "budget": args.budget, "model": args.model, "limit": args.limit, "seed": args.seed}, "results": {}}
+    for spec in args.index:
+        name, folder = spec.split("=", 1)
+        retriever = open_indexes([Path(folder)])
+        params = dict(size=selection.WINDOW, rank_weight=selection.RANK_WEIGHT)
+        if args.tune:
+            dev = {}
+            for ds in names:
+                items = read_jsonl(DATASETS[ds])
+                reported = {it.id for it in sample(items, args.limit, args.seed)}
+                dev_items = held_out(items, 300, 1, reported)
+                dev[ds] = (dev_items, search_all(retriever, dev_items)[0])
+            grid = []
+            for g in GRID:
+                score = statistics.mean(measure(its, fs, tok, args.budget, **g)["selection"] for its, fs in dev.values())
+                grid.append((score, g))
+                print(f"tune {name}: {g} dev read-hit {100 * score:.1f}", flush=True)
+            params = max(grid, key=lambda x: x[0])[1]
+            out["results"].setdefault(name, {})["tuned"] = {"grid": [{"score": s, **g} for s, g in grid], "picked": params}
+        for ds in names:
+            items = sample(read_jsonl(DATASETS[ds]), args.limit, args.seed)
+            found, search_ms = search_all(retriever, items)
+            r = measure(items, found, tok, args.budget, **params) | {"search_ms": search_ms, "params": params}
+            r["depth"] = {str(m): {k: v for k, v in measure(items, found, tok, args.budget, min_ratio=m, **params).items()
+                                   if k in ("selection", "selection_tokens")} for m in RATIOS[1:]}
+            out["results"].setdefault(name, {})[ds] = r
+            print(f"{name:8} {ds:9} read-hit top5 {100 * r['top5']:5.1f} ({r['top5_tokens']:.0f} tok)  selection "
+                  f"{100 * r['selection']:5.1f} ({r['selection_tokens']:.0f} tok, +{r['selection_ms']:.1f} ms)  "
+                  f"hit@5 {100 * r['hit@5']:5.1f} hit@20 {100 * r['hit@20']:5.1f}  {r['paired']}", flush=True)
+            for m, d in r["depth"].items():
+                print(f"{'':18} min_ratio {m}: selection {100 * d['selection']:5.1f} ({d['selection_tokens']:.0f} tok)")
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.output).write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
