@@ -16,7 +16,7 @@ from textual import work
 from textual.worker import get_current_worker
 
 from targ_mlx.defaults import BIGGER_INDEX_OFFER
-from targ_mlx.index import named
+from targ_mlx.session import named_index as named
 from tui import commands
 from tui.messages import GetDone, GetProgress
 from tui.widgets import ChatLog, DecisionPanel, MessageView

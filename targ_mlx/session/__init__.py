@@ -25,6 +25,7 @@ _WHERE = {
     "Settings": "settings",
     "default_model": "config", "model_key": "model_spec",
     "label_decision": "feedback", "LABELS": "decisions", "UnknownDecisionError": "decisions",
+    "named_index": "named",  # the module: what `/index get NAME` builds, where, and the build itself
 }
 __all__ = sorted(_WHERE)
 
@@ -37,6 +38,8 @@ def __getattr__(name: str):
         return getattr(import_module("targ_mlx.runner"), name)
     if where in ("settings", "config"):
         return getattr(import_module(f"targ_mlx.{where}"), name)
+    if where == "named":
+        return import_module("targ_mlx.index.named")
     if where == "decisions":
         return getattr(import_module("targ_mlx.log.decisions"), name)
     if where == "model_spec":
