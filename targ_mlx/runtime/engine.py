@@ -17,7 +17,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from targ_mlx.runtime import sampling
-from targ_mlx.runtime.native.model import take_rows
+from targ_mlx.runtime.native.caches import take_rows
 
 
 class Engine(Protocol):

@@ -8,7 +8,8 @@ from typing import Any, Sequence
 import mlx.core as mx
 
 from targ_mlx.runtime.native import pages
-from targ_mlx.runtime.native.model import NativeLM, SharedPrefixCache, take_rows
+from targ_mlx.runtime.native.caches import SharedPrefixCache, take_rows
+from targ_mlx.runtime.native.model import NativeLM
 
 
 class NativeEngine:
