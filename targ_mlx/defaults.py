@@ -31,11 +31,10 @@ DEFAULT_PROMPT = "paper"  # paper: the paper's system prompt; short: few-shot sh
 PROMPT_STYLES = ("paper", "short")
 DEFAULT_HISTORY_TOKENS = 512  # earlier chat turns kept in the prompt; SmolLM2's window is 8k
 REWRITE_METHODS = ("fused", "questions", "answer", "model", "none")  # how a follow-up becomes search queries
-# Chosen by scripts/bench/bench_rewrite.py on TREC CAsT (BENCHMARKS.md, row "standalone retrieval queries"):
-# on the default index, over the 524 turns that need a rewrite, searching both the questions form
-# and the answer form and fusing their rankings found most of what the manual rewrites find
-# (recall@20 0.731, overlap@5 0.431) against either alone (questions 0.671 / 0.409, answer
-# 0.655 / 0.384); only forms with the answer find "Leonardo da Vinci" for "when was he born?".
+# Chosen by scripts/bench/bench_rewrite.py on TREC CAsT (BENCHMARKS.md, row "standalone retrieval
+# queries"): the question as asked, the questions form and the answer form, each searched and their
+# rankings fused with weights by how much the question leans on the chat (`conversation.fused_forms`),
+# found more of what the manual rewrites find than any one form, and keeps a new topic's own search.
 DEFAULT_REWRITE = "fused"
 # What reading reads: the search's top-K passages (the paper's), or the sentences of its top 20 most
 # likely to hold the answer (`targ_mlx.selection`), in the same context budget
