@@ -71,15 +71,9 @@ inline void k4s_amx(const QMat& W, int t, const uint8_t* wlo, const uint8_t* whi
     }
     T::template store<0>(cl, 64);
     T::template store<1>(ch, 64);
-    const uint16_t* dd = (const uint16_t*)biases_at(W, t, 8 * s);
-    __m512i m16[4];
-    for (int p = 0; p < 4; p++) {
-      const uint8_t* m0b = smt + (size_t)(8 * s + 2 * p) * 2 * NT + NT;
-      const __m128i a = _mm_loadu_si128((const __m128i*)m0b), b = _mm_loadu_si128((const __m128i*)(m0b + 2 * NT));
-      m16[p] = _mm512_cvtepu8_epi16(_mm256_set_m128i(_mm_unpackhi_epi8(a, b), _mm_unpacklo_epi8(a, b)));
-    }
-    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)dd));
-    const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(dd + NT)));
+    const K4Mins km = k4_mins(W, t, s, smt);
+    const __m512i* m16 = km.m16;
+    const __m512 d = km.d, dmin = km.dmin;
     for (int r = 0; r < 16; r++) {
       const __m512i a32 = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(ch + r * NT), 3), _mm512_load_si512(cl + r * NT));
       const int16_t* xs = X.bsum32 + (size_t)(m0 + r) * G + 8 * s;

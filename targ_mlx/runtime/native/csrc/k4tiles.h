@@ -159,6 +159,27 @@ inline void k4_block(const QMat& W, int t, int h0, const Q8K& X, int m0, float* 
 #endif
 
 #if TARG_VNNI
+// Super-block s of tile t's mins as 16-bit pairs of groups per column (vpmaddwd / vpdpwssd operands
+// against pairs of the activations' group sums), and its d and dmin: what the VNNI and the AMX
+// Q4_K kernels both fold after their integer sums.
+struct K4Mins {
+  __m512i m16[4];
+  __m512 d, dmin;
+};
+
+inline K4Mins k4_mins(const QMat& W, int t, int s, const uint8_t* smt) {
+  K4Mins k;
+  const uint16_t* dd = (const uint16_t*)biases_at(W, t, 8 * s);
+  for (int p = 0; p < 4; p++) {
+    const uint8_t* m0b = smt + (size_t)(8 * s + 2 * p) * 2 * NT + NT;
+    const __m128i a = _mm_loadu_si128((const __m128i*)m0b), b = _mm_loadu_si128((const __m128i*)(m0b + 2 * NT));
+    k.m16[p] = _mm512_cvtepu8_epi16(_mm256_set_m128i(_mm_unpackhi_epi8(a, b), _mm_unpacklo_epi8(a, b)));
+  }
+  k.d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)dd));
+  k.dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(dd + NT)));
+  return k;
+}
+
 // AVX512-VNNI: a run's 64 bytes are the tile's 16 columns x 4 consecutive k, which is
 // vpdpbusd's operand as loaded, so one mask (or shift and mask) and one vpdpbusd per 4 k and
 // row give each column's group dot product in int32 (no byte shuffle: the plain layout needs a
@@ -225,15 +246,9 @@ inline void k4_vnni(const QMat& W, int t, const Q8K& X, int m0, float* out) {
       }
     }
     // the mins: sum_g m[c][g] * xsum_g, as 4 vpmaddwd over pairs of groups (16-bit pairs per column)
-    const uint16_t* dd = (const uint16_t*)biases_at(W, t, 8 * s);
-    __m512i m16[4];
-    for (int p = 0; p < 4; p++) {
-      const uint8_t* m0b = smt + (size_t)(8 * s + 2 * p) * 2 * NT + NT;
-      const __m128i a = _mm_loadu_si128((const __m128i*)m0b), b = _mm_loadu_si128((const __m128i*)(m0b + 2 * NT));
-      m16[p] = _mm512_cvtepu8_epi16(_mm256_set_m128i(_mm_unpackhi_epi8(a, b), _mm_unpacklo_epi8(a, b)));
-    }
-    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)dd));
-    const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(dd + NT)));
+    const K4Mins km = k4_mins(W, t, s, smt);
+    const __m512i* m16 = km.m16;
+    const __m512 d = km.d, dmin = km.dmin;
     for (int r = 0; r < R; r++) {
       const int16_t* xs = X.bsum32 + (size_t)(m0 + r) * G + 8 * s;
       __m512i mn = _mm512_setzero_si512();
