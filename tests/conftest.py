@@ -53,6 +53,16 @@ def assistant_factory(backbone):
     return make
 
 
+@pytest.fixture(scope="module")
+def N():
+    """The CPU kernels' module by name, whatever this machine's measured choice of path."""
+    from targ_mlx.runtime import native
+
+    ops = native.module()
+    assert ops is not None, f"CPU kernels unavailable: {native.status()}"
+    return ops
+
+
 # --- index fixtures (targ_mlx.index) -------------------------------------------------------------
 import json as _json
 import os

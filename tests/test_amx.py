@@ -16,20 +16,13 @@ import numpy as np
 import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
-from targ_mlx.runtime import gguf_blocks, native
+from targ_mlx.runtime import gguf_blocks
 from targ_mlx.runtime.native import pack
 from targ_mlx.runtime.native.model import NativeLM
 
 from test_kquant import random_blocks, tiny_qwen
 
 pytestmark = pytest.mark.skipif(sys.platform == "darwin", reason="the CPU kernels are for CPU-only MLX (Linux)")
-
-
-@pytest.fixture(scope="module")
-def N():
-    ops = native.module()
-    assert ops is not None, f"CPU kernels unavailable: {native.status()}"
-    return ops
 
 
 def vnni_build(N) -> bool:

@@ -29,13 +29,6 @@ pytestmark = pytest.mark.skipif(sys.platform == "darwin", reason="the CPU kernel
 TYPES = {pack.Q4_K: GGMLQuantizationType.Q4_K, pack.Q6_K: GGMLQuantizationType.Q6_K}
 
 
-@pytest.fixture(scope="module")
-def N():
-    ops = native.module()
-    assert ops is not None, f"CPU kernels unavailable: {native.status()}"
-    return ops
-
-
 def random_blocks(rng, qtype: int, n: int, k: int, scale: float = 1e-4) -> np.ndarray:
     """(n, k/256 * block bytes) random blocks whose float16 scales are in [scale/2, 3*scale/2)."""
     nb = k // 256

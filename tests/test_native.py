@@ -14,20 +14,13 @@ import numpy as np
 import pytest
 
 from targ_mlx import prompts
-from targ_mlx.runtime import batch, native
+from targ_mlx.runtime import batch
 from targ_mlx.runtime.backbone import load_backbone
 from targ_mlx.runtime.draft import continue_greedy, draft
 from targ_mlx.runtime.sampling import step_entropy, step_gap
 from targ_mlx.runtime.native import pack
 
 pytestmark = pytest.mark.skipif(sys.platform == "darwin", reason="the CPU kernels are for CPU-only MLX (Linux)")
-
-
-@pytest.fixture(scope="module")
-def N():
-    ops = native.module()  # the kernels by name, whatever this machine's measured choice
-    assert ops is not None, f"CPU kernels unavailable: {native.status()}"
-    return ops
 
 
 def rel_err(a, b):

@@ -8,16 +8,8 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from targ_mlx.runtime import native
 
 pytestmark = pytest.mark.skipif(sys.platform == "darwin", reason="the CPU kernels are for CPU-only MLX (Linux)")
-
-
-@pytest.fixture(scope="module")
-def N():
-    ops = native.module()
-    assert ops is not None, f"CPU kernels unavailable: {native.status()}"
-    return ops
 
 
 def test_gelu_is_the_exact_erf_form_not_the_tanh_one(N):
