@@ -147,7 +147,8 @@ async def test_the_decision_shows_before_the_first_answer_token_and_sources_list
         backbone, art_retriever, log, tmp_path):
     """Driven by the runner's real events: when the first answer text reaches the app, the panel
     already shows the search and the decision (recorded by a handler that runs before the app's
-    own, at the moment that message is handled), and nothing is logged yet."""
+    own, at the moment that message is handled). Not the log's row count: the worker thread may
+    finish and log an 8-token answer before the app handles its first text message (CI saw it)."""
     from tui.app import ChatApp
 
     first: list = []
@@ -158,15 +159,15 @@ async def test_the_decision_shows_before_the_first_answer_token_and_sources_list
         def on_answer_text(self, event) -> None:  # Textual runs this class's handler, then ChatApp's
             if not first:
                 panel = self.query_one(DecisionPanel)
-                first.append((panel_text(panel), panel.info, log.count()))
+                first.append((panel_text(panel), panel.info))
 
     session = Assistant(backbone, art_retriever, Settings(gate="evidence", tau=1e9, max_tokens=8, k=4), log=log)
     app = Watched(session, config=Config(db=str(log.path)), config_path=str(tmp_path / "config.toml"))
     async with app.run_test(size=SIZE) as pilot:
         await ask(app, pilot, "who painted the mona lisa")
         assert first, "no answer text arrived"
-        text, info, logged = first[0]
-        assert logged == 0 and info.live and info.stage == "decided"  # before the answer was done
+        text, info = first[0]
+        assert info.live and info.stage == "decided"  # from the events, not the logged row
         assert "found Mona Lisa" in text and "answering from memory" in text, text
         assert info.u is not None and info.found and not info.retrieved
         sources = app.query_one(SourcesPanel)
