@@ -42,12 +42,16 @@ def add_common_args(p: argparse.ArgumentParser) -> None:
                    f"search query (default {DEFAULT_REWRITE})")
     p.add_argument("--read", choices=READ_MODES, help="what reading reads: the top-K passages, or the sentences of "
                    f"the search's top 20 most likely to hold the answer, in the same budget (default {DEFAULT_READ})")
+    p.add_argument("--rerank", metavar="NAME|PATH|llm", help="re-order the search's top 20 before reading: a "
+                   "sentence-transformers CrossEncoder (Hub id or folder), or llm (the loaded model judges each "
+                   "passage; slower); default: off")
 
 
 def setting_flags(args: argparse.Namespace) -> dict:
     """The answer settings the flags give (`add_common_args` and ask's own; None: not given)."""
     return dict(tau=args.tau, gate=args.gate, k=args.k, max_tokens=args.max_tokens,
                 history_tokens=args.history_tokens, rewrite=args.rewrite, read=getattr(args, "read", None),
+                rerank=getattr(args, "rerank", None),
                 beta=getattr(args, "beta", None), n_samples=getattr(args, "n_samples", None),
                 temperature=getattr(args, "temp", None), seed=getattr(args, "seed", None),
                 top_k=getattr(args, "top_k", None), context_tokens=getattr(args, "context_tokens", None),

@@ -14,7 +14,7 @@ import time
 from dataclasses import replace
 from typing import Any, Sequence
 
-from targ_mlx import conversation, gates, prompts, retrieval, selection
+from targ_mlx import conversation, gates, prompts, rerank, retrieval, selection
 from targ_mlx.runtime.backbone import Backbone
 from targ_mlx.conversation import Turn
 from targ_mlx.runtime.draft import Draft
@@ -71,14 +71,20 @@ def pack(bb: Backbone, question: str, hits: Sequence[Passage], s: Any, prefix_to
 
 
 def search_depth(s: Any) -> int:
-    """Passages a search returns: the top K, or the selection's SELECT_FROM when it reads sentences."""
-    return max(s.top_k, selection.SELECT_FROM) if getattr(s, "read", "passages") == "sentences" else s.top_k
+    """Passages a search returns: the top K, or the SELECT_FROM that a selection (reading sentences)
+    or a reranker looks at."""
+    wide = getattr(s, "read", "passages") == "sentences" or getattr(s, "rerank", "")
+    return max(s.top_k, selection.SELECT_FROM, rerank.RERANK_FROM if wide else 0) if wide else s.top_k
 
 
 def pack_found(bb: Backbone, question: str, found: Sequence[Passage], s: Any, prefix_tokens: int = 0,
-               history: Sequence[Turn] = ()) -> prompts.PackedContext:
+               history: Sequence[Turn] = (), judged_query: str | None = None) -> prompts.PackedContext:
     """The top K of `found` packed as the gate sees them, with what reading reads: the same, or
-    (`s.read == "sentences"`) the selected sentences of all of `found` in the same budget."""
+    (`s.read == "sentences"`) the selected sentences of all of `found` in the same budget. With a
+    reranker (`s.rerank`) `found` is first re-ordered by it against `judged_query` (the question
+    by default; in a chat, the search form that carries its context)."""
+    judge = rerank.load_reranker(getattr(s, "rerank", ""), bb)
+    found = rerank.rerank(judge, judged_query or question, found)
     packed = pack(bb, question, found[: s.top_k], s, prefix_tokens, history)
     if getattr(s, "read", "passages") != "sentences":
         return packed
@@ -100,7 +106,8 @@ def retrieve(bb: Backbone, retriever, question: str, s: Any, prefix_tokens: int 
         conversation.SearchForm(question)]
     queries = [f.query for f in forms]
     found = retrieval.search_fused(retriever, queries, search_depth(s), [f.weight for f in forms])
-    packed = pack_found(bb, question, found, s, prefix_tokens, history)
+    judged = max(forms, key=lambda f: f.weight).query  # the form a reranker judges the passages against
+    packed = pack_found(bb, question, found, s, prefix_tokens, history, judged)
     return packed, time.perf_counter() - t0, QUERY_SEPARATOR.join(queries)
 
 

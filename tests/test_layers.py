@@ -111,7 +111,7 @@ LAYERS = (
     ("targ_mlx.flags",),
     ("targ_mlx.log.decisions", "targ_mlx.runtime.backbone"),
     ("targ_mlx.runtime.draft", "targ_mlx.runtime.batch", "targ_mlx.log.calibration_rows", "targ_mlx.conversation",
-     "targ_mlx.evidence_refit"),
+     "targ_mlx.evidence_refit", "targ_mlx.rerank"),
     ("targ_mlx.pipeline",),
     ("targ_mlx.runner",),
     ("targ_mlx.session",),

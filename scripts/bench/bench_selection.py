@@ -8,11 +8,16 @@ records' `always.hit` means), on the eval's own seeded samples (500 questions, s
 (`open_indexes`: its default mode). Also: hit@5 and hit@20 of the whole passages (the ranking's
 ceiling), the mean context tokens each way fills, and the milliseconds the selection adds.
 
+--rerank SPEC re-orders each search's top 20 first (`targ_mlx.rerank`: llm, or a CrossEncoder) and
+reports the same figures over the re-ordered lists beside the search's own order, with the seconds
+the reranker takes per question.
+
 --tune chooses the selection's window size and rank weight on 300 other questions per dataset (seed 1,
 none of the reported ones) by the mean read-hit over the datasets, and reports them on the sample.
 
     python scripts/bench/bench_selection.py --index vital=index/vital-articles-minilm --output runs/selection.json
     python scripts/bench/bench_selection.py --index vital=index/vital-articles-minilm --tune --limit 300
+    python scripts/bench/bench_selection.py --index clean=index/clean-minilm --rerank llm --model qwen2.5-coder-1.5b --limit 100
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from targ_mlx import bind_openblas
 
 bind_openblas()  # before mlx.core loads
 
-from targ_mlx import selection  # noqa: E402
+from targ_mlx import rerank, selection  # noqa: E402
 from targ_mlx.eval.datasets import read_jsonl, sample  # noqa: E402
 from targ_mlx.eval.metrics import contains  # noqa: E402
 from targ_mlx.index.merged import open_indexes  # noqa: E402
@@ -79,6 +84,13 @@ def search_all(retriever, items, depth: int = 20) -> tuple[list, float]:
     return found, 1000 * (time.perf_counter() - t0) / max(1, len(qs))
 
 
+def rerank_all(judge, items, found) -> tuple[list, float]:
+    """Each question's top RERANK_FROM re-ordered by `judge`; seconds per question."""
+    t0 = time.perf_counter()
+    out = [rerank.rerank(judge, it.question, ps) for it, ps in zip(items, found)]
+    return out, (time.perf_counter() - t0) / max(1, len(items))
+
+
 def cpu_flags() -> str:
     out = subprocess.run("grep -o 'avx512[a-z_]*\\|avx2\\|amx[a-z_0-9]*' /proc/cpuinfo | sort -u", shell=True,
                          capture_output=True, text=True).stdout.split()
@@ -93,15 +105,19 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--budget", type=int, default=512, help="context tokens (the eval's L_ctx)")
     p.add_argument("--model", default="smollm2-135m", help="whose tokenizer counts the tokens")
+    p.add_argument("--rerank", default="", help="also re-order the top 20 with this reranker: llm or a CrossEncoder")
     p.add_argument("--tune", action="store_true", help="choose size and rank weight on held-out questions first")
     p.add_argument("--output", default="runs/selection.json")
     args = p.parse_args(argv)
     from targ_mlx.runtime.backbone import load_backbone
 
-    tok = load_backbone(args.model).tokenizer
+    bb = load_backbone(args.model)
+    tok = bb.tokenizer
+    judge = rerank.load_reranker(args.rerank, bb)
     names = args.datasets.split(",")
     out = {"meta": {"date": str(date.today()), "machine": platform.machine(), "cpu_flags": cpu_flags(),
-                    "budget": args.budget, "model": args.model, "limit": args.limit, "seed": args.seed}, "results": {}}
+                    "budget": args.budget, "model": args.model, "limit": args.limit, "seed": args.seed,
+                    "rerank": args.rerank}, "results": {}}
     for spec in args.index:
         name, folder = spec.split("=", 1)
         retriever = open_indexes([Path(folder)])
@@ -132,6 +148,13 @@ def main(argv=None) -> int:
                   f"hit@5 {100 * r['hit@5']:5.1f} hit@20 {100 * r['hit@20']:5.1f}  {r['paired']}", flush=True)
             for m, d in r["depth"].items():
                 print(f"{'':18} min_ratio {m}: selection {100 * d['selection']:5.1f} ({d['selection_tokens']:.0f} tok)")
+            if judge is not None:
+                judged, secs = rerank_all(judge, items, found)
+                j = measure(items, judged, tok, args.budget, **params) | {"rerank_s": secs}
+                r["reranked"] = j
+                print(f"{'':18} rerank {args.rerank}: read-hit top5 {100 * j['top5']:5.1f}  selection "
+                      f"{100 * j['selection']:5.1f}  hit@5 {100 * j['hit@5']:5.1f}  {secs:.2f} s/question  {j['paired']}",
+                      flush=True)
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(json.dumps(out, indent=1))
     return 0

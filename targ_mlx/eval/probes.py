@@ -1,10 +1,8 @@
 """Yes/no probe prompts for the reflective baselines (Self-Eval, Self-RAG-lite, CRAG-lite) and the
-probability of "yes" read from one prefill. Pure prompt builders plus token-id lookup.
+probability of "yes" read from one prefill (`runtime.batch.p_yes`). Pure prompt builders.
 """
 
 from __future__ import annotations
-
-import mlx.core as mx
 
 SYSTEM = "You are a helpful assistant. Reply with Yes or No only."
 
@@ -33,18 +31,3 @@ def crag_grade(question: str, context: str) -> list[dict]:
 def crag_head(tokenizer, context: str, n_tokens: int) -> str:
     """What the CRAG-lite evaluator grades: the first n tokens of the packed context."""
     return tokenizer.decode(tokenizer.encode(context)[:n_tokens]) if context else "(no passages)"
-
-
-def yes_no_ids(tokenizer) -> tuple[list[int], list[int]]:
-    """First token ids of the spellings of yes and no (with and without a leading space)."""
-    def first(words):
-        return sorted({tokenizer.encode(w)[0] for w in words if tokenizer.encode(w)})
-
-    return first(["Yes", "yes", " Yes", " yes", "YES"]), first(["No", "no", " No", " no", "NO"])
-
-
-def p_yes(logprobs: mx.array, yes: list[int], no: list[int]) -> list[float]:
-    """P(yes) / (P(yes) + P(no)) per row of next-token log-probabilities (B, V)."""
-    py = mx.sum(mx.exp(logprobs[:, mx.array(yes)]), axis=-1)
-    pn = mx.sum(mx.exp(logprobs[:, mx.array(no)]), axis=-1)
-    return (py / mx.maximum(py + pn, 1e-30)).tolist()

@@ -56,6 +56,7 @@ class RecordSettings:
     seed: int = 0
     baselines: bool = True
     read: str = DEFAULT_READ  # what the Always branch reads: the top-K passages, or the selected sentences
+    rerank: str = ""  # re-order the top 20 before packing ("" off, "llm", a CrossEncoder): `targ_mlx.rerank`
 
 
 @dataclass
@@ -163,9 +164,9 @@ def _context_part(bb: Backbone, items: Sequence[QAItem], found: Sequence[Sequenc
     p_rel: list[float | None] = [None] * len(items)
     if s.baselines:
         t0 = time.perf_counter()
-        yes, no = probes.yes_no_ids(tok)
+        yes, no = batch.yes_no_ids(tok)
         heads = [probes.crag_head(tok, p.text, s.crag_tokens) for p in packed]
-        p_rel = probes.p_yes(batch.last_logprobs(bb, [tok.chat_ids(probes.crag_grade(q, h)) for q, h in zip(qs, heads)]),
+        p_rel = batch.p_yes(batch.last_logprobs(bb, [tok.chat_ids(probes.crag_grade(q, h)) for q, h in zip(qs, heads)]),
                              yes, no)
         cost["probes"] = cost.get("probes", 0.0) + time.perf_counter() - t0
     branches = []
@@ -206,9 +207,9 @@ def record_batch(bb: Backbone, retriever, items: Sequence[QAItem], s: RecordSett
     probe_vals: list[dict] = [{} for _ in items]
     if s.baselines:
         t0 = time.perf_counter()
-        yes, no = probes.yes_no_ids(tok)
-        p_need = probes.p_yes(batch.last_logprobs(bb, [tok.chat_ids(probes.self_eval(q)) for q in qs]), yes, no)
-        p_sup = probes.p_yes(batch.last_logprobs(
+        yes, no = batch.yes_no_ids(tok)
+        p_need = batch.p_yes(batch.last_logprobs(bb, [tok.chat_ids(probes.self_eval(q)) for q in qs]), yes, no)
+        p_sup = batch.p_yes(batch.last_logprobs(
             bb, [tok.chat_ids(probes.self_check(q, a)) for q, (a, _) in zip(qs, never_text)]), yes, no)
         probe_vals = [{"p_need": a, "p_supported": b, "p_relevant": c} for a, b, c in zip(p_need, p_sup, p_rel)]
         cost["probes"] += time.perf_counter() - t0

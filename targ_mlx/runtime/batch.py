@@ -184,6 +184,21 @@ def last_logprobs(bb: Backbone, seqs: Sequence[Sequence[int]]) -> mx.array:
     return logits - mx.logsumexp(logits, axis=-1, keepdims=True)
 
 
+def yes_no_ids(tokenizer) -> tuple[list[int], list[int]]:
+    """First token ids of the spellings of yes and no (with and without a leading space)."""
+    def first(words):
+        return sorted({tokenizer.encode(w)[0] for w in words if tokenizer.encode(w)})
+
+    return first(["Yes", "yes", " Yes", " yes", "YES"]), first(["No", "no", " No", " no", "NO"])
+
+
+def p_yes(logprobs: mx.array, yes: list[int], no: list[int]) -> list[float]:
+    """P(yes) / (P(yes) + P(no)) per row of next-token log-probabilities (B, V)."""
+    py = mx.sum(mx.exp(logprobs[:, mx.array(yes)]), axis=-1)
+    pn = mx.sum(mx.exp(logprobs[:, mx.array(no)]), axis=-1)
+    return (py / mx.maximum(py + pn, 1e-30)).tolist()
+
+
 def draft_batch(bb: Backbone, seqs: Sequence[Sequence[int]], k: int, n_samples: int, max_greedy: int,
                 temperature: float = 0.7, seed: int = 0) -> tuple[BatchDecode, list[list[list[int]]]]:
     """One prefill for B prompts, then per prompt one greedy row (up to `max_greedy` tokens: the

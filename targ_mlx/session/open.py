@@ -35,6 +35,11 @@ def open_session(options: Options, progress: Progress | None = None):
                       retriever_mode=options.retriever, huge_pages=options.huge_pages)
     if options.chat:
         session.resume_chat(options.chat)  # a missing chat is one line before the model loads
+    if settings.rerank and settings.rerank != "llm":  # a CrossEncoder that cannot load: one line, before the model
+        from targ_mlx import rerank
+
+        say(f"loading reranker {settings.rerank}")
+        rerank.load_reranker(settings.rerank)
     say(f"loading model {cfg.model}")
     session.backbone = load_backbone(cfg.model, huge_pages=options.huge_pages)
     folders = [Path(f) for f in options.index or ([cfg.index] if cfg.index else [])]

@@ -1,0 +1,133 @@
+"""Re-order what a search found before any of it is read: a second, slower judge of each candidate.
+
+The first stage ranks by one vector or a bag of words; the answer is in its top 20 far more often
+than in the top 5 that is read (BENCHMARKS.md, rows "what is read"). A reranker scores each of the
+top RERANK_FROM candidates against the question and the candidates are read in that order:
+
+- `--rerank NAME|PATH`: a sentence-transformers `CrossEncoder` (e.g. cross-encoder/ms-marco-MiniLM-L6-v2
+  from the Hub, or a folder holding one). No cross-encoder ships its weights in a PyPI wheel, so
+  this needs a network once or a model the user has.
+- `--rerank llm`: the loaded LLM itself, asked per candidate whether the passage answers the
+  question; the score is P(yes) / (P(yes) + P(no)) of its next token (one batched prefill of the
+  candidates, no decoding). Offline, but a prefill of ~20 passages per question.
+
+Ties keep the search's order (a stable sort), so a reranker that cannot tell candidates apart
+changes nothing. The passages keep their search scores: the gates read the search, not the judge.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Sequence
+
+from targ_mlx.errors import ModelLoadError
+from targ_mlx.retrieval import Passage
+
+RERANK_FROM = 20  # candidates a reranker judges (what the selection looks at: selection.SELECT_FROM)
+LLM = "llm"
+# the passage the LLM judges is cut to this many tokens: an answer sits early in a ~200-token
+# chunk more often than not, and the judge's prefill is what the user waits for
+LLM_PASSAGE_TOKENS = 192
+LLM_SYSTEM = "You are a helpful assistant. Reply with Yes or No only."
+CROSS_ENCODER_BATCH = 32
+
+
+class Reranker(Protocol):
+    name: str
+
+    def scores(self, question: str, passages: Sequence[Passage]) -> list[float]:
+        """One score per passage; higher means more likely to answer the question."""
+        ...
+
+
+def reorder(passages: Sequence[Passage], scores: Sequence[float]) -> list[Passage]:
+    """`passages` by descending score; equal scores keep their order."""
+    if len(scores) != len(passages):
+        raise ValueError(f"{len(scores)} scores for {len(passages)} passages")
+    order = sorted(range(len(passages)), key=lambda i: -scores[i])
+    return [passages[i] for i in order]
+
+
+def rerank(reranker: Reranker | None, question: str, found: Sequence[Passage],
+           depth: int = RERANK_FROM) -> list[Passage]:
+    """The first `depth` of `found` in the reranker's order, then the rest as found."""
+    if reranker is None or len(found) < 2:
+        return list(found)
+    head = list(found[:depth])
+    return reorder(head, reranker.scores(question, head)) + list(found[depth:])
+
+
+def passage_text(p: Passage) -> str:
+    """What a judge reads of a passage: its title, then its text (as the encoder reads it)."""
+    return f"{p.title}\n{p.text}" if p.title else p.text
+
+
+@dataclass
+class CrossEncoderReranker:
+    """A sentence-transformers CrossEncoder: one relevance logit per (question, passage) pair."""
+
+    name: str
+    model: Any = field(repr=False)
+
+    def scores(self, question: str, passages: Sequence[Passage]) -> list[float]:
+        pairs = [(question, passage_text(p)) for p in passages]
+        out = self.model.predict(pairs, batch_size=CROSS_ENCODER_BATCH, show_progress_bar=False)
+        return [float(x) for x in out]
+
+
+def load_cross_encoder(spec: str) -> CrossEncoderReranker:
+    try:
+        from sentence_transformers import CrossEncoder
+    except ImportError as e:
+        raise ModelLoadError(f"--rerank {spec}: sentence-transformers is not installed; "
+                             "fix: pip install sentence-transformers, or --rerank llm") from e
+    try:
+        model = CrossEncoder(spec, device="cpu")
+    except Exception as e:  # a missing folder, no network, not a cross-encoder: one line, not a traceback
+        raise ModelLoadError(f"--rerank {spec}: cannot load a CrossEncoder from it ({type(e).__name__}: "
+                             f"{str(e).splitlines()[0][:200] if str(e) else ''}); fix: name a sentence-transformers "
+                             "cross-encoder (a Hub id when online, or a local folder), or --rerank llm") from e
+    return CrossEncoderReranker(spec, model)
+
+
+@dataclass
+class LLMReranker:
+    """The answering model as the judge: P(yes) that a passage answers the question."""
+
+    bb: Any = field(repr=False)  # a runtime.backbone.Backbone
+    name: str = LLM
+
+    def prompts(self, question: str, passages: Sequence[Passage]) -> list[list[int]]:
+        tok = self.bb.tokenizer
+        out = []
+        for p in passages:
+            text = tok.decode(tok.encode(passage_text(p))[:LLM_PASSAGE_TOKENS])
+            out.append(tok.chat_ids([
+                {"role": "system", "content": LLM_SYSTEM},
+                {"role": "user", "content": f"Passage:\n{text}\n\nQuestion: {question}\n"
+                                            "Does the passage contain the answer to the question? Yes or No?"}]))
+        return out
+
+    def scores(self, question: str, passages: Sequence[Passage]) -> list[float]:
+        from targ_mlx.runtime import batch
+
+        logprobs = batch.last_logprobs(self.bb, self.prompts(question, passages))
+        return batch.p_yes(logprobs, *batch.yes_no_ids(self.bb.tokenizer))
+
+
+def load_reranker(spec: str | None, bb: Any = None) -> Reranker | None:
+    """None for no reranking (None, "" or "none"); "llm" for the loaded model `bb`; else a
+    CrossEncoder name or path, loaded once per process."""
+    if not spec or spec == "none":
+        return None
+    if spec == LLM:
+        if bb is None:
+            raise ValueError("--rerank llm needs the loaded model")
+        return LLMReranker(bb)
+    return _cross_encoder(spec)
+
+
+@functools.lru_cache(maxsize=4)
+def _cross_encoder(spec: str) -> CrossEncoderReranker:
+    return load_cross_encoder(spec)
