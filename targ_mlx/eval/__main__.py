@@ -191,9 +191,12 @@ def evaluate_dataset(name, items, args, out: Path, bb, retriever, log, session, 
                             plots=not args.no_plots, config=config, meta={it.id: it.meta for it in items})
 
 
-# settings that make two runs' corpus-free fields interchangeable (everything but the index)
+# settings that make two runs' corpus-free fields interchangeable: everything the draft, the samples,
+# the Never answer and the corpus-free probes depend on. Not top_k, context_tokens, read or rerank:
+# they change only what a re-record computes again (the Always answer, hit@K, confirmation, the
+# CRAG grade), so one draft serves every reading depth and mode.
 _SAME = ("k_max", "ks", "n_samples", "temperature", "beta", "max_tokens", "prompt_style", "seed", "baselines",
-         "top_k", "context_tokens", "crag_tokens")
+         "crag_tokens")
 
 
 def _reusable(folder: str | None, name: str, out: Path, s: RecordSettings, model: str) -> dict[str, dict]:
