@@ -40,9 +40,24 @@ test: EXTRAS := $(EXTRAS),distributed
 test: setup
 	$(BIN)/python -m pytest -q
 
+# llama.cpp, the speed peer. LLAMA_AMX=1 builds its AMX path (Intel CPUs with AMX): with clang and
+# the macros llama.cpp tests, since GCC 12 drops the tile configuration's stores (it crashes) and
+# clang 14 names the macros differently (BENCHMARKS.md, row "llama.cpp's AMX path"). Without it,
+# -mno-amx-*: GGML_NATIVE's -march=native would otherwise compile the AMX path in regardless.
+LLAMA_AMX ?= 0
+AMX_DEFS := -D__AMX_TILE__=1 -D__AMX_INT8__=1 -D__AMX_BF16__=1
+NO_AMX := $(if $(filter x86_64,$(shell uname -m)),-mno-amx-tile -mno-amx-int8 -mno-amx-bf16,)
 bench-backbone: setup
-	CMAKE_ARGS="-DGGML_NATIVE=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF" $(BIN)/pip install -q -e '.[bench]'
+ifeq ($(LLAMA_AMX),1)
+	CC=clang CXX=clang++ CFLAGS="$(AMX_DEFS)" CXXFLAGS="$(AMX_DEFS)" \
+	CMAKE_ARGS="-DGGML_NATIVE=ON -DGGML_AMX_TILE=ON -DGGML_AMX_INT8=ON -DGGML_AMX_BF16=ON" \
+	  $(BIN)/pip install -q --no-binary llama-cpp-python --force-reinstall --no-deps llama-cpp-python && $(BIN)/pip install -q -e '.[bench]'
+	$(BIN)/python scripts/bench/bench_backbone.py --llama-buffers repacked
+else
+	CFLAGS="$(NO_AMX)" CXXFLAGS="$(NO_AMX)" CMAKE_ARGS="-DGGML_NATIVE=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF \
+	  -DGGML_AMX_BF16=OFF" $(BIN)/pip install -q -e '.[bench]'
 	$(BIN)/python scripts/bench/bench_backbone.py
+endif
 
 clean-venv:
 	rm -rf $(VENV)

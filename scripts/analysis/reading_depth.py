@@ -53,7 +53,7 @@ def depth_of(rule: str, param: float | None, r5: dict, rows: dict[int, dict]) ->
         return max(1, sum(s >= param * scores[0] for s in scores))
     if rule == "confirm":
         for d in (1, 2, 3):
-            if rows[d]["always"]["confirms"].get(K):
+            if d in rows and rows[d]["always"]["confirms"].get(K):
                 return d
         return 5
     raise ValueError(rule)
@@ -94,7 +94,7 @@ def main(argv=None) -> int:
         out["rules"].append(row)
         print(f"  dev {rule:7} {param!s:5} acc {100 * a.mean():5.1f} tokens {t.mean():6.1f} depth {d.mean():.2f}")
         ok = a.mean() >= base_dev - 1e-12
-        if rule != "fixed" and ok and (rule not in chosen or t.mean() < chosen[rule][1]):
+        if not (rule == "fixed" and param == 5) and ok and (rule not in chosen or t.mean() < chosen[rule][1]):
             chosen[rule] = (param, t.mean())
     a5, t5, _ = evaluate("fixed", 5, by, test_ids, args.metric)
     out["test_fixed5"] = {"acc": 100 * a5.mean(), "tokens": t5.mean()}
