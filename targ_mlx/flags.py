@@ -45,13 +45,15 @@ def add_common_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rerank", metavar="NAME|PATH|llm", help="re-order the search's top 20 before reading: a "
                    "sentence-transformers CrossEncoder (Hub id or folder), or llm (the loaded model judges each "
                    "passage; slower); default: off")
+    p.add_argument("--depth-ratio", type=float, metavar="R", help="read only the top-K passages whose similarity is "
+                   "at least R x the top one's (0 reads all K; default from config, else 0)")
 
 
 def setting_flags(args: argparse.Namespace) -> dict:
     """The answer settings the flags give (`add_common_args` and ask's own; None: not given)."""
     return dict(tau=args.tau, gate=args.gate, k=args.k, max_tokens=args.max_tokens,
                 history_tokens=args.history_tokens, rewrite=args.rewrite, read=getattr(args, "read", None),
-                rerank=getattr(args, "rerank", None),
+                rerank=getattr(args, "rerank", None), depth_ratio=getattr(args, "depth_ratio", None),
                 beta=getattr(args, "beta", None), n_samples=getattr(args, "n_samples", None),
                 temperature=getattr(args, "temp", None), seed=getattr(args, "seed", None),
                 top_k=getattr(args, "top_k", None), context_tokens=getattr(args, "context_tokens", None),

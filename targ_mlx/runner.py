@@ -96,6 +96,14 @@ def _refs(packed, with_text: bool) -> tuple[PassageRef, ...]:
                  for p in packed.passages)
 
 
+def _depth_why(packed, s: Any) -> str:
+    """Why fewer than the top K passages were read (the reading-depth rule), else ""."""
+    if getattr(s, "read", "passages") != "passages" or packed.read is None:
+        return ""
+    n, of = len(packed.read.passages), len(packed.passages)
+    return f"; read {n} of {of} passages (the rest below {s.depth_ratio:g} x the top one's similarity)" if n < of else ""
+
+
 def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] | None, question: str, s: Any, *,
                   history: Sequence = (), cancel: threading.Event | None = None,
                   unavailable: str = "") -> Iterator[Event]:
@@ -211,7 +219,8 @@ def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] |
         k=s.k, beta=s.beta, n_samples=s.n_samples if SAMPLES in g.needs else 0, temperature=s.temperature,
         scores=scores, passages=_refs(packed.reading, True) if read and packed is not None else (),
         found=_refs(packed, False) if packed is not None else (), searched=packed is not None,
-        reason=decision.reason if not (rechecked_at and read) else f"re-check at token {rechecked_at} → read",
+        reason=(decision.reason if not (rechecked_at and read) else f"re-check at token {rechecked_at} → read")
+        + (_depth_why(packed, s) if read and packed is not None else ""),
         no_source=decision.no_source, confirmed=sig.confirmed,
         tokens=TokenCounts(prompt=len(base_ids), draft=len(d.tokens) if d else 0,
                            context=packed.reading.tokens if read and packed is not None else 0, output=n_out,

@@ -154,6 +154,16 @@ def select(question: str, passages: Sequence[Passage], budget: int, count: Calla
     return [replace(passages[r], text=_text(split[r], chosen[r])) for r in order]
 
 
+def read_depth(scores: Sequence[float], ratio: float) -> int:
+    """How many of the top passages to read: those scoring at least `ratio` x the first one's
+    (at least 1; all of them for ratio 0 or a first score <= 0, where a share means nothing)."""
+    if not scores:
+        return 0
+    if ratio <= 0 or scores[0] <= 0:
+        return len(scores)
+    return max(1, sum(s >= ratio * scores[0] for s in scores))
+
+
 def _runs(keep: set[int]) -> int:
     """Runs of consecutive sentences in `keep`, less one: the gaps marked between them."""
     return max(0, sum(1 for i in keep if i - 1 not in keep) - 1)

@@ -16,6 +16,7 @@ from targ_mlx.config import Config
 from targ_mlx.defaults import (
     DEFAULT_BETA,
     DEFAULT_CONTEXT_TOKENS,
+    DEFAULT_DEPTH_RATIO,
     DEFAULT_GATE,
     PAPER_GATE,
     DEFAULT_HISTORY_TOKENS,
@@ -54,6 +55,7 @@ class Settings:
     rewrite: str = DEFAULT_REWRITE  # how a follow-up becomes a standalone search query
     read: str = DEFAULT_READ  # what reading reads: the top-K passages, or the selected sentences of the top 20
     rerank: str = ""  # re-order the search's top 20 before reading: "" off, "llm", or a CrossEncoder name/path
+    depth_ratio: float = DEFAULT_DEPTH_RATIO  # read the top-K passages scoring >= this x the top one's (0: all)
     # the evidence gate's calibration for this model (`Config.evidence_calibration`) and what it is:
     # "shipped", "default (pooled)", "user, 300 questions, <date>"; None: the shipped one for the model
     calibration: Mapping | None = field(default=None, compare=False, repr=False)
@@ -90,6 +92,9 @@ class Settings:
             raise ValueError(f"rewrite {self.rewrite!r} unknown; choose one of {', '.join(REWRITE_METHODS)}")
         if self.read not in READ_MODES:
             raise ValueError(f"read {self.read!r} unknown; choose one of {', '.join(READ_MODES)}")
+        if not (isinstance(self.depth_ratio, (int, float)) and 0.0 <= self.depth_ratio <= 1.0):
+            raise ValueError(f"depth_ratio must be a number from 0 to 1; got {self.depth_ratio!r}: pass --depth-ratio 0.98 "
+                             "(0 reads all K passages)")
         if self.prompt_style not in PROMPT_STYLES:
             raise ValueError(f"prompt style {self.prompt_style!r} unknown; choose one of {', '.join(PROMPT_STYLES)}")
 

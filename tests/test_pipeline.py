@@ -67,3 +67,23 @@ def test_a_draft_is_confirmed_where_the_context_says_its_claim_words_before_eos(
     # an answer that only restates the question, or nothing, says nothing
     assert not pipeline.confirms(tok, tok.encode("The Mona Lisa.") + [eos], context, q)
     assert not pipeline.confirms(tok, [eos], context, q)
+
+
+def test_reading_depth_reads_only_the_passages_close_to_the_top_one(assistant_factory, small_index_dir,
+                                                                    small_index_questions):
+    """--depth-ratio R: the answer reads the top-K passages scoring at least R x the first one's,
+    says so in its reason, and the gate still sees all K (found); R = 0 reads all K."""
+    from targ_mlx.selection import read_depth
+
+    assert read_depth([0.70, 0.69, 0.50], 0.98) == 2 and read_depth([0.70, 0.69, 0.50], 0.0) == 3
+    assert read_depth([0.70, 0.40], 0.99) == 1 and read_depth([-0.1, 0.2], 0.9) == 2 and read_depth([], 0.9) == 0
+    retriever = open_retriever(small_index_dir)
+    q = small_index_questions[0]["question"]
+    full = assistant_factory(retriever=retriever, gate="always", max_tokens=1).answer(q)
+    cut = assistant_factory(retriever=retriever, gate="always", max_tokens=1, depth_ratio=0.999).answer(q)
+    expected = read_depth([p.score for p in full.found], 0.999)
+    assert len(full.passages) == len(full.found) == 5 and expected < 5
+    assert [p.key for p in cut.passages] == [p.key for p in full.found[:expected]]
+    assert [p.key for p in cut.found] == [p.key for p in full.found]  # what the gate looked at is unchanged
+    assert f"read {expected} of 5 passages" in cut.reason and "of 5 passages" not in full.reason
+    assert cut.tokens.context < full.tokens.context

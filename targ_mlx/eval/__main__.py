@@ -50,6 +50,8 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--read", choices=READ_MODES, default=DEFAULT_READ,
                    help=f"what the Always branch reads: the top-K passages (default {DEFAULT_READ}), or the selected "
                         "sentences of the search's top 20 in the same budget (records' always.read, always.read_hit)")
+    p.add_argument("--depth-ratio", type=float, default=0.0, metavar="R",
+                   help="Always reads the top-K passages scoring >= R x the top one's (default 0: all K)")
     p.add_argument("--rerank", default="", metavar="NAME|PATH|llm",
                    help="re-order the search's top 20 before packing: a CrossEncoder or llm (default: off)")
     p.add_argument("--context-tokens", type=int, default=DEFAULT_CONTEXT_TOKENS,
@@ -135,7 +137,8 @@ def evaluate_dataset(name, items, args, out: Path, bb, retriever, log, session, 
     s = RecordSettings(k_max=args.k_max, n_samples=args.n_samples, temperature=args.temp, beta=args.beta,
                        top_k=args.top_k, context_tokens=args.context_tokens,
                        max_tokens=args.max_tokens or max_tokens_for(name), prompt_style=args.prompt, seed=args.seed,
-                       baselines=not args.no_baselines, read=args.read, rerank=args.rerank)
+                       baselines=not args.no_baselines, read=args.read, rerank=args.rerank,
+                       depth_ratio=args.depth_ratio)
     s = replace(s, ks=tuple(k for k in s.ks if k <= s.k_max) or (s.k_max,))
     run_info: dict = {}
     if not args.report_only:
