@@ -74,7 +74,7 @@ def search_depth(s: Any) -> int:
     """Passages a search returns: the top K, or the SELECT_FROM that a selection (reading sentences)
     or a reranker looks at."""
     wide = getattr(s, "read", "passages") == "sentences" or getattr(s, "rerank", "")
-    return max(s.top_k, selection.SELECT_FROM, rerank.RERANK_FROM if wide else 0) if wide else s.top_k
+    return max(s.top_k, selection.SELECT_FROM, rerank.RERANK_FROM) if wide else s.top_k
 
 
 def pack_found(bb: Backbone, question: str, found: Sequence[Passage], s: Any, prefix_tokens: int = 0,
