@@ -204,33 +204,14 @@ inline void affine_amx(const QMat& W, int t, const uint8_t* wb, const Q8& X, con
   }
 }
 
-// Tiles [t0, t1) for rows [0, M16) (a multiple of 16) by block(W, t, wb, X, m, acc): rows in
-// blocks whose int8 activations stay in L2 (AMX CPUs have 2 MB a core: 1 MB of them) while
-// each tile is unpacked once per block.
+// Tiles [t0, t1) for rows [0, M16) by block(W, t, wb, X, xa, m, acc) over tiles unpacked by
+// unpack_tile (8 lines a group), 1 MB of a core's L2 for the activations (amx_row_blocks).
 template <class T, int KB, class Xs, class Block>
 void amx_rows(const QMat& W, const Xs& X, const int8_t* pa, int M16, int t0, int t1, float* y, int ldy,
               const float* residual, const float* bias, Block block) {
-  struct alignas(64) Line {
-    uint8_t b[64];
-  };
-  thread_local std::vector<Line> wbuf;
-  const size_t groups = (size_t)W.K / QG;
-  if (wbuf.size() < groups * 8) wbuf.resize(groups * 8);
-  uint8_t* wb = wbuf.data()->b;
-  alignas(64) float acc[16 * NT];
-  T::begin(tile_config(KB));
-  const int MB = std::max(16, (1 << 20) / W.K / 16 * 16);
-  for (int mb = 0; mb < M16; mb += MB) {
-    const int me = std::min(M16, mb + MB);
-    for (int t = t0; t < t1; t++) {
-      unpack_tile(W, t, wb, true);
-      for (int m = mb; m < me; m += 16) {
-        block(W, t, wb, X, pa + (size_t)m * W.K, m, acc);
-        for (int r = 0; r < 16; r++) finish(acc + r * NT, m + r, t * NT, NT, y, ldy, residual, bias);
-      }
-    }
-  }
-  T::end();
+  amx_row_blocks<T, KB, 8>(
+      W, M16, t0, t1, y, ldy, residual, bias, 1 << 20, [&](int t, uint8_t* wb) { unpack_tile(W, t, wb, true); },
+      [&](int t, uint8_t* wb, int m, float* acc) { block(W, t, wb, X, pa + (size_t)m * W.K, m, acc); });
 }
 
 // Rows from m on (a view of the activations and outputs, for the VNNI kernels' rest).

@@ -16,6 +16,37 @@
 namespace targ {
 
 #if TARG_VNNI
+// The row-block driver every AMX product shares (amx.h's affine rows, Q4_K and Q6_K below):
+// tiles [t0, t1) for rows [0, M16) (a multiple of 16), the rows in blocks whose int8 activations
+// stay in L2 (`l2_bytes` of a core's 2 MB) while each weight tile is unpacked once per block:
+// unpack(t, wb) lays tile t out in `Lines` 64-byte lines per group of QG; block(t, wb, m, acc)
+// multiplies rows [m, m + 16) into acc; each row is then finished (scale, residual, bias).
+template <class T, int KB, int Lines, class Unpack, class Block>
+void amx_row_blocks(const QMat& W, int M16, int t0, int t1, float* y, int ldy, const float* residual,
+                    const float* bias, int l2_bytes, Unpack unpack, Block block) {
+  struct alignas(64) Line {
+    uint8_t b[64];
+  };
+  thread_local std::vector<Line> wbuf;
+  const size_t groups = (size_t)W.K / QG;
+  if (wbuf.size() < groups * Lines) wbuf.resize(groups * Lines);
+  uint8_t* wb = wbuf.data()->b;
+  alignas(64) float acc[16 * NT];
+  T::begin(tile_config(KB));
+  const int MB = std::max(16, l2_bytes / W.K / 16 * 16);
+  for (int mb = 0; mb < M16; mb += MB) {
+    const int me = std::min(M16, mb + MB);
+    for (int t = t0; t < t1; t++) {
+      unpack(t, wb);
+      for (int m = mb; m < me; m += 16) {
+        block(t, wb, m, acc);
+        for (int r = 0; r < 16; r++) finish(acc + r * NT, m + r, t * NT, NT, y, ldy, residual, bias);
+      }
+    }
+  }
+  T::end();
+}
+
 // Q4_K with its scales inside the B tiles: each group's 6-bit scale sc = 8 sh + sl (sh, sl < 8)
 // multiplies the group's values into two B tiles, sl * q and sh * q (at most 105: unsigned
 // bytes), so the tile products can sum all 8 groups of a super-block in one C tile each (K = 64 a
@@ -93,28 +124,11 @@ inline void k4s_amx(const QMat& W, int t, const uint8_t* wlo, const uint8_t* whi
 template <class T>
 void k4s_rows(const QMat& W, const Q8K& X, const int8_t* pa, int M16, int t0, int t1, float* y, int ldy,
               const float* residual, const float* bias) {
-  struct alignas(64) Line {
-    uint8_t b[64];
-  };
-  thread_local std::vector<Line> wbuf;
-  const size_t groups = (size_t)W.K / QG;
-  if (wbuf.size() < groups * 16) wbuf.resize(groups * 16);
-  uint8_t *wlo = wbuf.data()->b, *whi = wlo + groups * kAmxGroupBytes;
-  alignas(64) float acc[16 * NT];
-  T::begin(tile_config(64));
+  const size_t lo_bytes = (size_t)W.K / QG * kAmxGroupBytes;  // wlo, then whi: two B copies a tile
   // rows whose activations share L2 (2 MB a core on AMX CPUs) with the tile's two B copies
-  const int MB = std::max(16, (3 << 19) / W.K / 16 * 16);
-  for (int mb = 0; mb < M16; mb += MB) {
-    const int me = std::min(M16, mb + MB);
-    for (int t = t0; t < t1; t++) {
-      unpack_k4_scaled(W, t, wlo, whi);
-      for (int m = mb; m < me; m += 16) {
-        k4s_amx<T>(W, t, wlo, whi, X, pa + (size_t)m * W.K, m, acc);
-        for (int r = 0; r < 16; r++) finish(acc + r * NT, m + r, t * NT, NT, y, ldy, residual, bias);
-      }
-    }
-  }
-  T::end();
+  amx_row_blocks<T, 64, 16>(
+      W, M16, t0, t1, y, ldy, residual, bias, 3 << 19, [&](int t, uint8_t* wb) { unpack_k4_scaled(W, t, wb, wb + lo_bytes); },
+      [&](int t, uint8_t* wb, int m, float* acc) { k4s_amx<T>(W, t, wb, wb + lo_bytes, X, pa + (size_t)m * W.K, m, acc); });
 }
 
 // Q6_K with its scales inside the B tiles, as for Q4_K: each sub-block's int8 scale in balanced
@@ -201,27 +215,9 @@ inline void k6s_amx(const QMat& W, int t, const uint8_t* wb, const Q8K& X, const
 template <class T>
 void k6s_rows(const QMat& W, const Q8K& X, const int8_t* pa, int M16, int t0, int t1, float* y, int ldy,
               const float* residual, const float* bias) {
-  struct alignas(64) Line {
-    uint8_t b[64];
-  };
-  thread_local std::vector<Line> wbuf;
-  const size_t groups = (size_t)W.K / QG;
-  if (wbuf.size() < groups * 24) wbuf.resize(groups * 24);
-  uint8_t* wb = wbuf.data()->b;
-  alignas(64) float acc[16 * NT];
-  T::begin(tile_config(64));
-  const int MB = std::max(16, (1 << 20) / W.K / 16 * 16);
-  for (int mb = 0; mb < M16; mb += MB) {
-    const int me = std::min(M16, mb + MB);
-    for (int t = t0; t < t1; t++) {
-      unpack_k6_scaled(W, t, wb);
-      for (int m = mb; m < me; m += 16) {
-        k6s_amx<T>(W, t, wb, X, pa + (size_t)m * W.K, m, acc);
-        for (int r = 0; r < 16; r++) finish(acc + r * NT, m + r, t * NT, NT, y, ldy, residual, bias);
-      }
-    }
-  }
-  T::end();
+  amx_row_blocks<T, 64, 24>(
+      W, M16, t0, t1, y, ldy, residual, bias, 1 << 20, [&](int t, uint8_t* wb) { unpack_k6_scaled(W, t, wb); },
+      [&](int t, uint8_t* wb, int m, float* acc) { k6s_amx<T>(W, t, wb, X, pa + (size_t)m * W.K, m, acc); });
 }
 
 #endif  // TARG_VNNI
