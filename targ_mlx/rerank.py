@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
 from targ_mlx.errors import ModelLoadError
+from targ_mlx.eval.probes import passage_grade
 from targ_mlx.retrieval import Passage
 
 RERANK_FROM = 20  # candidates a reranker judges (what the selection looks at: selection.SELECT_FROM)
@@ -29,7 +30,6 @@ LLM = "llm"
 # the passage the LLM judges is cut to this many tokens: an answer sits early in a ~200-token
 # chunk more often than not, and the judge's prefill is what the user waits for
 LLM_PASSAGE_TOKENS = 192
-LLM_SYSTEM = "You are a helpful assistant. Reply with Yes or No only."
 CROSS_ENCODER_BATCH = 32
 
 
@@ -103,10 +103,7 @@ class LLMReranker:
         out = []
         for p in passages:
             text = tok.decode(tok.encode(passage_text(p))[:LLM_PASSAGE_TOKENS])
-            out.append(tok.chat_ids([
-                {"role": "system", "content": LLM_SYSTEM},
-                {"role": "user", "content": f"Passage:\n{text}\n\nQuestion: {question}\n"
-                                            "Does the passage contain the answer to the question? Yes or No?"}]))
+            out.append(tok.chat_ids(passage_grade(question, text)))
         return out
 
     def scores(self, question: str, passages: Sequence[Passage]) -> list[float]:

@@ -28,6 +28,13 @@ def crag_grade(question: str, context: str) -> list[dict]:
                                         "Do these passages contain the answer to the question? Yes or No?"}]
 
 
+def passage_grade(question: str, passage: str) -> list[dict]:
+    """The LLM reranker's judge (`targ_mlx.rerank`): does this one passage answer the question?"""
+    return [{"role": "system", "content": SYSTEM},
+            {"role": "user", "content": f"Passage:\n{passage}\n\nQuestion: {question}\n"
+                                        "Does the passage contain the answer to the question? Yes or No?"}]
+
+
 def crag_head(tokenizer, context: str, n_tokens: int) -> str:
     """What the CRAG-lite evaluator grades: the first n tokens of the packed context."""
     return tokenizer.decode(tokenizer.encode(context)[:n_tokens]) if context else "(no passages)"
