@@ -187,9 +187,13 @@ def isotonic(x: Sequence[float], y: Sequence[float], increasing: bool = True,
         raise ValueError(f"isotonic needs x, y (and weights) of one non-zero length, got {xs.size}, {ys.size}, {ws.size}")
     if not np.all(ws > 0):
         raise ValueError("isotonic weights must be > 0")
-    order = np.argsort(xs, kind="stable")
-    xs, ws = xs[order], ws[order]
-    ys = ys[order] if increasing else -ys[order]
+    # tied x values are one point (their weighted mean y): a fit must give equal x one value, and
+    # PAV over ties in input order would leave a tie's last y as a block of its own (on a discrete
+    # signal such as the support, a knot (1.0, 1.0) from the last question at 1.0 being right)
+    xs, inv = np.unique(xs, return_inverse=True)
+    wy = np.bincount(inv, weights=ws * ys)
+    ws = np.bincount(inv, weights=ws)
+    ys = wy / ws if increasing else -wy / ws
     # blocks as [sum w*y, sum w, sum w*x]; merge while a block's mean exceeds the next one's
     blocks: list[list[float]] = []
     for xi, yi, wi in zip(xs, ys, ws):

@@ -216,7 +216,7 @@ class Config:
 _SCALARS = {
     f.name: f.type for f in fields(Config) if f.name not in ("tau", "tau_by_model", "evidence_by_model")
 }
-FITS = ("read", "memory", "memory_confirmed", "memory_unconfirmed")  # an evidence calibration's knots
+FITS = ("read", "read_support", "memory", "memory_confirmed", "memory_unconfirmed")  # an evidence calibration's knots
 _FIT_INFO = {"tau": (int, float), "tau_rate": (int, float), "n": (int,), "n_confirmed": (int,), "date": (str,),
              "source": (str,), "records": (list,), "feedback": (int,)}
 _TYPES = {"str": (str,), "int": (int,), "float": (int, float), "str | None": (str,)}

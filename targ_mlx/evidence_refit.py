@@ -2,7 +2,7 @@
 
 A label (the chat's F2 / F3, `targ label`, `POST /v1/feedback`) speaks for the branch that ran:
 on a decision that read, a good answer says "Always right" at that question's top-1 similarity
-(a point for the read fit); on one answered from memory, it says "Never right" at its U_mar (a
+and its support (a point for the read fits); on one answered from memory, it says "Never right" at its U_mar (a
 point for the memory fit, the confirmed or unconfirmed one by what the context said). The
 current calibration (the user's own fit, else the shipped one, else the pooled default) enters
 as its knots, each standing for `prior / knots` questions (its n by default), so a handful of
@@ -20,7 +20,7 @@ import numpy as np
 
 from targ_mlx.calibration import budget_threshold, isotonic
 from targ_mlx.errors import TargError
-from targ_mlx.gates.evidence import evidence_score, interp, memory_fit
+from targ_mlx.gates.evidence import evidence_score, interp, memory_fit, read_probability
 from targ_mlx.log.decisions import POSITIVE_LABELS, DecisionLog
 from targ_mlx.log.store import filters
 
@@ -42,6 +42,7 @@ class LoggedRow:
     confirmed: bool | None
     retrieved: bool
     label: str | None
+    support: float | None = None  # the selection's support, where the log holds it
 
 
 def logged_rows(log: DecisionLog, model: str, k: int, beta: float) -> list[LoggedRow]:
@@ -58,7 +59,7 @@ def logged_rows(log: DecisionLog, model: str, k: int, beta: float) -> list[Logge
             continue
         s1 = max((float(p[2]) for p in extra["found"]), default=0.0)
         out.append(LoggedRow(r["id"], s1, float(r["u_margin"]), extra.get("confirmed"), bool(r["retrieved"]),
-                             r["label"]))
+                             r["label"], extra.get("support")))
     return out
 
 
@@ -79,6 +80,11 @@ def refit(cal: Mapping, rows: Sequence[LoggedRow], prior_n: float | None = None)
     out = {"read": _refit_one(cal["read"], prior_n, [r.s1 for r in read], [good(r) for r in read], True),
            "memory": _refit_one(cal["memory"], prior_n, [r.u_mar for r in memory], [good(r) for r in memory], False)}
     used = {"read": len(read), "memory": len(memory)}
+    if "read_support" in cal:
+        part = [r for r in read if r.support is not None]
+        out["read_support"] = _refit_one(cal["read_support"], prior_n, [r.support for r in part],
+                                         [good(r) for r in part], True)
+        used["read_support"] = len(part)
     if "memory_confirmed" in cal:
         for side, flag in (("memory_confirmed", True), ("memory_unconfirmed", False)):
             part = [r for r in memory if bool(r.confirmed) == flag]
@@ -91,7 +97,7 @@ def u_evi(cal: Mapping, rows: Sequence[LoggedRow]) -> np.ndarray:
     out = []
     for r in rows:
         mem = memory_fit(cal, r.confirmed)
-        out.append(evidence_score(interp(cal["read"]["x"], cal["read"]["y"], r.s1), interp(mem["x"], mem["y"], r.u_mar)))
+        out.append(evidence_score(read_probability(cal, r.s1, r.support), interp(mem["x"], mem["y"], r.u_mar)))
     return np.asarray(out, float)
 
 
@@ -99,7 +105,7 @@ def moved(old: Mapping, new: Mapping) -> dict[str, float]:
     """Per fit, the largest change of its probability over the x range both cover (points)."""
     out = {}
     for name in new:
-        if name not in old:
+        if name not in old or not isinstance(new[name], Mapping):
             continue
         lo = min(old[name]["x"][0], new[name]["x"][0])
         hi = max(old[name]["x"][-1], new[name]["x"][-1])

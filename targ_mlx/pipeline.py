@@ -125,6 +125,12 @@ def answer_text(bb: Backbone, tokens: Sequence[int], cap: int) -> tuple[str, int
     return bb.tokenizer.decode(ids).strip(), len(ids)
 
 
+def support_of(question: str, packed: PackedContext) -> float:
+    """The selection's support over the passages the gate sees (`selection.support`): the runner's
+    and the eval's one computation of it."""
+    return selection.support(question, [(p.title, p.text) for p in packed.passages])
+
+
 def confirms(tokenizer, draft_tokens: Sequence[int], context: str, question: str) -> bool:
     """Whether `context` (what reading would read) already says what the draft says: every claim
     word of the draft's text up to its first EOS (`matching.says`: the words left after the

@@ -67,6 +67,7 @@ class Answer:
     reason: str = ""  # the gate's one-line why: "weak evidence (best 0.31) → answered from memory"
     no_source: bool = False  # the model is unsure and the index had no passage good enough to read
     confirmed: bool | None = None  # the found context says what the draft says (None: no draft or no search)
+    support: float | None = None  # the largest share of the question one found sentence holds (None: no search)
     calibration: str = ""  # the evidence gate's calibration: shipped | default (pooled) | user, N questions, date
 
     def to_dict(self) -> dict:

@@ -153,7 +153,8 @@ def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] |
     looked = d is not None and packed is not None  # a draft, and the search's passages to ask about it
     sig = Signals(d.entropies if d else (), d.gaps if d else (), d.samples if d else (),
                   evidence_of(packed) if packed is not None else None, bb.model_id,
-                  pipeline.confirms(bb.tokenizer, d.tokens, packed.text, q) if looked else None)
+                  pipeline.confirms(bb.tokenizer, d.tokens, packed.text, q) if looked else None,
+                  pipeline.support_of(q, packed) if packed is not None else None)
     scores = gates.score_all(sig, p)
     if SEARCH in g.needs and packed is None:  # the index is not ready: nothing to look at, nothing to read
         decision = GateDecision(False, None, s.tau, g.name, f"{unavailable} → answered from memory")
@@ -221,7 +222,7 @@ def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] |
         found=_refs(packed, False) if packed is not None else (), searched=packed is not None,
         reason=(decision.reason if not (rechecked_at and read) else f"re-check at token {rechecked_at} → read")
         + (_depth_why(packed, s) if read and packed is not None else ""),
-        no_source=decision.no_source, confirmed=sig.confirmed,
+        no_source=decision.no_source, confirmed=sig.confirmed, support=sig.support,
         tokens=TokenCounts(prompt=len(base_ids), draft=len(d.tokens) if d else 0,
                            context=packed.reading.tokens if read and packed is not None else 0, output=n_out,
                            samples=sum(len(x) for x in d.samples) if d else 0),

@@ -154,6 +154,25 @@ def select(question: str, passages: Sequence[Passage], budget: int, count: Calla
     return [replace(passages[r], text=_text(split[r], chosen[r])) for r in order]
 
 
+def support(question: str, passages: Sequence[tuple[str, str]]) -> float:
+    """The selection's score as a gate reads it: the largest share of the question's distinct words
+    (function words dropped) that one sentence of `passages` ((title, text) pairs), with its
+    passage's title, holds. 1.0: some sentence names everything the question asks about; 0.0: none
+    of it, or a question with no content words. Unlike the window score it does not depend on the
+    question's length or the passages' vocabulary, so one calibration reads it for every question."""
+    asked = set(terms(question))
+    if not asked:
+        return 0.0
+    best = 0
+    for title, text in passages:
+        named = asked & set(terms(title))
+        for s in sentences(text) or [text]:
+            best = max(best, len(named | (asked & set(terms(s)))))
+            if best == len(asked):
+                return 1.0
+    return best / len(asked)
+
+
 def read_depth(scores: Sequence[float], ratio: float) -> int:
     """How many of the top passages to read: those scoring at least `ratio` x the first one's
     (at least 1; all of them for ratio 0 or a first score <= 0, where a share means nothing)."""

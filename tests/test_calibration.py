@@ -145,3 +145,15 @@ def test_text_histogram_marks_tau_and_counts_every_row():
 def test_text_histogram_handles_constant_scores():
     text = text_histogram([0.3] * 5, 0.3, bins=4)
     assert "<- tau = 0.3" in text
+
+
+def test_isotonic_gives_tied_x_one_value():
+    """Tied x values are one point of their mean y: a discrete signal's last tie (here x = 1.0, whose
+    questions are right 1 time in 3) does not leave its last row as a knot of its own at y = 1."""
+    from targ_mlx.calibration import isotonic
+
+    kx, ky = isotonic([0.2, 0.5, 1.0, 1.0, 1.0], [0, 0, 0, 0, 1])
+    assert kx == pytest.approx([0.35, 1.0]) and ky == pytest.approx([0, 1 / 3])  # (equal means pool too)
+    # weights count within a tie: x = 1.0 is right 1 time in 4, below x = 0.0's 1, so the two pool
+    kx, ky = isotonic([1.0, 1.0, 0.0], [1, 0, 1], weights=[1, 3, 1])
+    assert kx == pytest.approx([0.8]) and ky == pytest.approx([0.4])

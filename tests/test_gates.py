@@ -127,3 +127,32 @@ def test_the_evidence_gate_reads_the_model_apart_where_the_passages_say_its_draf
     assert d.reason.startswith("the passages say what the model would say (0.62, Mona Lisa)")
     one = {"read": cal["read"], "memory": cal["memory"]}  # what fit_evidence ships under 30 confirmed
     assert memory_fit(one, True) is memory_fit(one, False) is memory_fit(one, None) is cal["memory"]
+
+
+def test_the_evidence_gate_reads_the_mean_of_its_two_search_calibrations():
+    """With a support calibration (what fit_calibration makes from records that hold the support),
+    P(Always right) is the mean of P(A | s_1) and P(A | support); without one (a fit made before it,
+    or a runner that gave no support) it is P(A | s_1) alone. More support never lowers U."""
+    from targ_mlx.gates.evidence import fit_calibration, interp, read_probability
+
+    rng = __import__("numpy").random.default_rng(0)
+    s1 = rng.uniform(0.2, 0.8, 400)
+    sup = rng.choice([0.0, 0.25, 0.5, 0.75, 1.0], 400)
+    always = (rng.uniform(size=400) < 0.2 + 0.5 * sup).astype(float)  # the support carries the signal here
+    never = (rng.uniform(size=400) < 0.1).astype(float)
+    cal = fit_calibration(s1, rng.uniform(0, 1, 400), always, never, [False] * 400, support=sup)
+    assert "read_support" in cal and "read_support" not in fit_calibration(s1, s1, always, never, [False] * 400)
+    p_s1 = interp(cal["read"]["x"], cal["read"]["y"], 0.5)
+    p_sup = interp(cal["read_support"]["x"], cal["read_support"]["y"], 1.0)
+    assert read_probability(cal, 0.5, 1.0) == pytest.approx((p_s1 + p_sup) / 2)
+    assert read_probability(cal, 0.5, None) == p_s1
+    assert read_probability({k: v for k, v in cal.items() if k != "read_support"}, 0.5, 1.0) == p_s1
+    g = gates.get("evidence")
+    ev = (gates.Evidence("Mona Lisa", 0.5),)
+    u = [g.score(gates.Signals(gaps=[2.0] * 20, evidence=ev, support=x), gates.GateParams(20, calibration=cal))
+         for x in (0.0, 0.25, 0.5, 0.75, 1.0)]
+    assert u == sorted(u) and u[-1] > u[0]
+    # its reason names what the best sentence holds, read or not
+    for tau in (0.0, 1e9):
+        d = g.decide(gates.Signals(gaps=[2.0] * 20, evidence=ev, support=0.75), tau, gates.GateParams(20, calibration=cal))
+        assert "Mona Lisa; one sentence holds 75% of the question)" in d.reason

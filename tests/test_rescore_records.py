@@ -30,13 +30,14 @@ def test_rescoring_old_records_gives_what_the_record_pass_computes(backbone, sma
     run.mkdir()
     (run / "config.json").write_text(json.dumps({"model": "smollm2-135m", "settings": asdict(s)}), encoding="utf-8")
     old = json.loads(json.dumps(recs))
-    for r in old:  # as records made before the signal existed: no confirms, the evidence score stale
-        del r["always"]["confirms"]
+    for r in old:  # as records made before the signals existed: no confirms or support, the evidence score stale
+        del r["always"]["confirms"], r["always"]["support"]
         r["scores"]["evidence"] = {k: -1.0 for k in r["scores"]["evidence"]}
     write_jsonl(run / "records.jsonl", old)
     assert rescore.main([str(run), "--model", "smollm2-135m", "--index", str(small_index_dir)]) == 0
     new = read_jsonl(run / "records.jsonl")
     assert [r["always"]["confirms"] for r in new] == [r["always"]["confirms"] for r in recs]
+    assert [r["always"]["support"] for r in new] == [r["always"]["support"] for r in recs]
     for r, ref in zip(new, recs):
         assert r["scores"]["evidence"] == pytest.approx(ref["scores"]["evidence"], abs=1e-4)  # s_1 kept to 4 decimals
 

@@ -120,3 +120,40 @@ def test_reading_depth_stops_at_windows_far_below_the_best():
         deep += sum(words(p.format()) for p in focused)
         assert {p.key for p in focused} <= {p.key for p in everything}
     assert deep < 0.6 * full, (deep, full)
+
+
+def test_support_is_the_largest_share_of_the_question_one_sentence_holds():
+    """A sentence that names every content word of the question (with its passage's title) gives 1;
+    words spread over two sentences count only as far as one sentence holds them; a question of
+    function words only, or no passages, gives 0."""
+    from targ_mlx.selection import support
+
+    q = "who painted the mona lisa"  # content words: painted, mona, lisa
+    spread = [("Mona Lisa", "It hangs in the Louvre in Paris. Leonardo da Vinci painted it around 1503.")]
+    assert support(q, spread) == 1.0  # the title holds mona, lisa; the second sentence holds painted
+    apart = [("Louvre", "The Mona Lisa hangs here. Many painted portraits hang beside it.")]
+    assert support(q, apart) == 2 / 3  # mona lisa in one sentence, painted in another
+    assert support(q, [("Louvre", "A museum in Paris.")]) == 0.0
+    assert support("who is it", spread) == 0.0 and support(q, []) == 0.0
+    assert support(q, apart + spread) == 1.0  # the best passage decides, not the first
+
+
+def test_the_gate_sees_the_support_of_what_the_search_found(assistant_factory, small_index_dir, small_index_questions,
+                                                            tmp_path):
+    """The runner computes the support over the passages the gate sees (the found top K, as packed)
+    and the answer, its JSON and the decision log's row carry it."""
+    from targ_mlx.index import open_retriever
+    from targ_mlx.log.decisions import DecisionLog
+    from targ_mlx.selection import support
+
+    log = DecisionLog(tmp_path / "log.db")
+    a = assistant_factory(retriever=open_retriever(small_index_dir), gate="evidence", max_tokens=2, log=log)
+    q = small_index_questions[0]["question"]
+    ans = a.answer(q)
+    found = open_retriever(small_index_dir).search(q, len(ans.found))
+    assert [p.key for p in found] == [p.key for p in ans.found]
+    # the packed passages are the found ones, cut to the budget: the support of their packed text
+    assert ans.support is not None and 0.0 < ans.support <= 1.0
+    assert ans.support <= support(q, [(p.title, p.text) for p in found]) + 1e-12
+    assert ans.to_dict()["support"] == ans.support
+    assert log.rows(limit=1)[0]["extra"]["support"] == ans.support

@@ -4,7 +4,8 @@ For each run folder (`<folder>/records.jsonl`, as `python -m targ_mlx.eval` writ
 
 1. `always.confirms`: whether the packed context the Always answer read says what the k-token
    draft says, for every k the record scores (`pipeline.confirms`, the
-   runner's own test). The passages' texts come from the index's `passages.db` by the recorded
+   runner's own test), and `always.support`: the selection's support over those passages
+   (`pipeline.support_of`, the runner's own computation). The passages' texts come from the index's `passages.db` by the recorded
    keys, packed again to the run's token budget with the model's tokenizer (read from the GGUF
    header; no weights load); a record whose passages no longer pack to the recorded ones stops
    the script, naming it.
@@ -34,7 +35,7 @@ from targ_mlx.runtime.model_spec import ALIASES, alias_path
 from targ_mlx.runtime.tokenizer import tokenizer_from_gguf
 
 
-def set_confirms(records: list[dict], db: sqlite3.Connection, tok, budget: int, where: Path) -> int:
+def set_context_signals(records: list[dict], db: sqlite3.Connection, tok, budget: int, where: Path) -> int:
     added = 0
     for r in records:
         a = r["always"]
@@ -52,6 +53,7 @@ def set_confirms(records: list[dict], db: sqlite3.Connection, tok, budget: int, 
         ks = [int(k) for k in r["scores"].get("margin") or {}]
         a["confirms"] = {str(k): int(pipeline.confirms(tok, r["draft"][:k], packed.text, r["question"].strip()))
                          for k in ks}
+        a["support"] = round(pipeline.support_of(r["question"].strip(), packed), 4)
         added += 1
     return added
 
@@ -79,11 +81,11 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"{folder} was recorded with {cfg['model']}, not {args.model}")
         settings = cfg["settings"]
         records = read_jsonl(rec_path)
-        added = set_confirms(records, db, tok, int(settings["context_tokens"]), folder)
+        added = set_context_signals(records, db, tok, int(settings["context_tokens"]), folder)
         rescored = fill_scores(records, args.model, float(settings["beta"]), search_changed=True)
         write_jsonl(rec_path, records)
         share = sum(r["always"]["confirms"].get("20", 0) for r in records) / max(1, len(records))
-        print(f"{folder}: confirms set on {added} of {len(records)} records (k=20: {share:.1%} confirmed); "
+        print(f"{folder}: confirms and support set on {added} of {len(records)} records (k=20: {share:.1%} confirmed); "
               f"{rescored} rescored")
     return 0
 

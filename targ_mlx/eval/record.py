@@ -109,7 +109,7 @@ def sample_seed(seed: int, batch_no: int) -> int:
 
 def gate_scores(entropies: Sequence[float], gaps: Sequence[float], samples: Sequence[Sequence[int]],
                 ks: Sequence[int], beta: float, passages: Sequence | None = None, model: str = "",
-                confirms: dict | None = None) -> dict:
+                confirms: dict | None = None, support: float | None = None) -> dict:
     """`{gate: {str(k): U}}` for every registered gate the signals allow, at every k: the runner's
     scoring (`gates.score_all`) over the draft, and over the packed passages ([key, title,
     similarity]) and whether they say what the k-token draft says (`confirms`, by str(k)) for a
@@ -119,7 +119,7 @@ def gate_scores(entropies: Sequence[float], gaps: Sequence[float], samples: Sequ
     out: dict = {g: {} for g in SCORED_GATES}
     for k in ks:
         c = (confirms or {}).get(str(k))
-        sig = gates.Signals(entropies, gaps, samples, evidence, model, None if c is None else bool(c))
+        sig = gates.Signals(entropies, gaps, samples, evidence, model, None if c is None else bool(c), support)
         for g, u in gates.score_all(sig, gates.GateParams(k, beta)).items():
             out.setdefault(g, {})[str(k)] = u
     return out
@@ -137,7 +137,7 @@ def fill_scores(records: Sequence[dict], model: str, beta: float, search_changed
         if not want or not ks:
             continue
         new = gate_scores(r["entropies"], r["gaps"], r["samples"], ks, beta, r["always"].get("passages"), model,
-                          r["always"].get("confirms"))
+                          r["always"].get("confirms"), r["always"].get("support"))
         add = {g: v for g, v in new.items() if g in want and v}
         if add:
             r["scores"] = {**r["scores"], **add}
@@ -176,6 +176,7 @@ def _context_part(bb: Backbone, items: Sequence[QAItem], found: Sequence[Sequenc
         branches.append({"answer": a_ans, **score_all(a_ans, it.answers), "tok_out": a_len,
                          "tok_ctx": p.reading.tokens, "passages": [passage_row(x) for x in p.passages],
                          "confirms": {str(k): int(pipeline.confirms(tok, d[:k], p.text, q)) for k in s.ks},
+                         "support": round(pipeline.support_of(q, p), 4),
                          "hit": contains(" ".join(h.text for h in hits[: s.top_k]), it.answers)}
                         | ({"read": [passage_row(x) for x in p.read.passages],
                             "read_hit": contains(p.read.text, it.answers)} if p.read is not None else {}))
@@ -225,7 +226,7 @@ def record_batch(bb: Backbone, retriever, items: Sequence[QAItem], s: RecordSett
             id=it.id, question=it.question, answers=list(it.answers), tok_prompt=len(base_ids[i]),
             draft=greedy.tokens[i], entropies=ents, gaps=gaps_, logprobs=lps[: min(len(lps), s.max_tokens)],
             samples=samples[i], scores=gate_scores(ents, gaps_, samples[i], s.ks, s.beta, always[i]["passages"],
-                                                   bb.model_id, always[i]["confirms"]),
+                                                   bb.model_id, always[i]["confirms"], always[i]["support"]),
             never={"answer": n_ans, **score_all(n_ans, it.answers), "tok_out": n_len},
             always=always[i], probes=probe_vals[i], cost=share, batch=batch_no,
         ))

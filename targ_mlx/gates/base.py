@@ -47,6 +47,9 @@ class Signals:
     # The context reading would read already says what the draft says (`pipeline.confirms`): the
     # evidence says what the model would say anyway. None: not searched, or no draft.
     confirmed: bool | None = None
+    # The selection's score over the same passages (`selection.support`): the largest share of the
+    # question's words one of their sentences holds. None: not searched, or not computed.
+    support: float | None = None
 
 
 @dataclass(frozen=True)

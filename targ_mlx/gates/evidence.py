@@ -4,13 +4,21 @@ On a local index the search costs milliseconds and reading costs 2-4x a closed-b
 this gate decides whether to *read* after looking at what the search found. Its score estimates
 P(retrieval helps) as the product of two monotone calibrations, each of one training-free signal:
 
-    U_evi = P(Always right | top-1 similarity) * P(Never wrong | U_mar, confirmed)
+    U_evi = P(Always right | s_1, support) * P(Never wrong | U_mar, confirmed)
+
+P(Always right | s_1, support) says the index holds something close to the question: the top-1
+similarity s_1 and the selection's support (`selection.support`: the largest share of the question's
+words one sentence of the passages holds), each calibrated alone and averaged (a fit without
+"read_support" reads s_1 alone). Of the search's signals tried on the dev halves (s_1, BM25's top
+score, the top 3's mean, the gap to the K-th, the support, and their combinations), this ranked
+"reading helps" best (results/evidence_selection.md).
 
 P(Never wrong | U_mar, confirmed) says the model does not know: the paper's margin score (k and
 beta as set), read separately for questions whose context already says what the draft says
 ("confirmed", `pipeline.confirms`: every claim word of the draft occurs in it, so its answer is
-likelier right and reading changes little) and the others. P(Always right | s_1) says the index holds something
-close to the question. Each is an isotonic fit on dev-half eval records, shipped per model in
+likelier right and reading changes little) and the others.
+
+Each is an isotonic fit on dev-half eval records, shipped per model in
 `evidence_calibration.json` (`targ_mlx.evidence_fit` fits it; the eval judges it on the other
 half), or fitted to the user's own model by `targ-calibrate fit` (the config's `[evidence."key"]`,
 passed in `GateParams.calibration`); a model with too few confirmed dev questions ships one memory fit for both. One scalar against
@@ -105,16 +113,20 @@ def memory_fit(cal: dict, confirmed: bool | None) -> dict:
 
 
 def fit_calibration(s1: Sequence[float], u_mar: Sequence[float], always_right: Sequence[float],
-                    never_right: Sequence[float], confirmed: Sequence[bool], digits: int | None = None) -> dict:
+                    never_right: Sequence[float], confirmed: Sequence[bool], digits: int | None = None,
+                    support: Sequence[float] | None = None) -> dict:
     """The isotonic fits the gate reads, from labelled questions (dev-half eval records): "read"
     (P(Always right | s_1), increasing), "memory" (P(Never right | U_mar), decreasing, over every
     question) and, where each side has MIN_SPLIT questions, "memory_confirmed" and
-    "memory_unconfirmed". Knots as {"x", "y"} lists, rounded to `digits` when given."""
+    "memory_unconfirmed"; with `support`, "read_support" (P(Always right | support), increasing).
+    Knots as {"x", "y"} lists, rounded to `digits` when given."""
     r = (lambda v: [round(float(t), digits) for t in v]) if digits is not None else list  # noqa: E731
     knots = lambda x, y, inc: dict(zip(("x", "y"), map(r, isotonic(x, y, increasing=inc))))  # noqa: E731
     s1, u_mar, a, n = (np.asarray(v, float) for v in (s1, u_mar, always_right, never_right))
     c = np.asarray(confirmed, bool)
     out = {"read": knots(s1, a, True), "memory": knots(u_mar, n, False)}
+    if support is not None:
+        out["read_support"] = knots(np.asarray(support, float), a, True)
     if min(c.sum(), (~c).sum()) >= MIN_SPLIT:
         out["memory_confirmed"] = knots(u_mar[c], n[c], False)
         out["memory_unconfirmed"] = knots(u_mar[~c], n[~c], False)
@@ -128,10 +140,22 @@ def parts(sig: Signals, p: GateParams = GateParams()) -> tuple[float, float, flo
     cal = p.calibration or calibration_for(sig.model)
     s1 = top_similarity(sig)
     u_mar = margin_score(list(sig.gaps)[: p.k], p.beta)
-    p_read = interp(cal["read"]["x"], cal["read"]["y"], s1)
+    p_read = read_probability(cal, s1, sig.support)
     mem = memory_fit(cal, sig.confirmed)
     p_mem = interp(mem["x"], mem["y"], u_mar)
     return s1, u_mar, p_read, p_mem
+
+
+def read_probability(cal: Mapping, s1: float, support: float | None) -> float:
+    """P(Always right | s_1, support): the mean of the two calibrations (it ranked "reading helps"
+    better on the dev halves than their product over P(A), results/evidence_selection.md);
+    P(A | s_1) alone where the fit has no support calibration (fits made before it) or the runner
+    gave no support."""
+    p = interp(cal["read"]["x"], cal["read"]["y"], s1)
+    sup = cal.get("read_support")
+    if sup is None or support is None:
+        return p
+    return (p + interp(sup["x"], sup["y"], support)) / 2
 
 
 def evidence_score(p_read: float, p_mem: float) -> float:
@@ -162,13 +186,15 @@ class EvidenceGate(Gate):
         unsure = p_mem < 0.5
         best = next((e for e in sig.evidence or () if e.similarity == s1), None)
         title = f", {best.title}" if best is not None and best.title else ""
+        # the support, where the runner gave it: how much of the question the best sentence names
+        held = f"; one sentence holds {sig.support:.0%} of the question" if sig.support is not None else ""
         if retrieve:
             why = (f"model {'unsure' if unsure else 'may know'} (U {u_mar:.2f}), strong evidence "
-                   f"({s1:.2f}{title}) → read {len(sig.evidence or ())} passages")
+                   f"({s1:.2f}{title}{held}) → read {len(sig.evidence or ())} passages")
         elif sig.confirmed:
             why = f"the passages say what the model would say ({s1:.2f}{title}) → answered from memory"
         elif p_read <= 1.0 - p_mem:  # the evidence, not the model's confidence, is what held it back
-            why = f"weak evidence (best {s1:.2f}{title}) → answered from memory"
+            why = f"weak evidence (best {s1:.2f}{title}{held}) → answered from memory"
         else:
             why = f"model sure (U {u_mar:.2f}) → answered from memory"
         no_source = not retrieve and unsure and p_read <= 1.0 - p_mem and not sig.confirmed

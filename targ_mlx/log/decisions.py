@@ -106,7 +106,7 @@ class DecisionLog(Transcript):
         if answer.searched or answer.reason:
             # what the gate looked at and said: the search's passages (read or not) and its reason
             extra = {**(extra or {}), "reason": answer.reason, "no_source": answer.no_source,
-                     "confirmed": answer.confirmed,
+                     "confirmed": answer.confirmed, "support": answer.support,
                      "found": [[p.key, p.title, p.score] + ([p.bm25] if p.bm25 is not None else [])
                                for p in answer.found]}
         if answer.history_turns or (answer.search_query and answer.search_query != answer.question):
