@@ -38,7 +38,8 @@ def rescored(records: list[dict], model: str, cal: dict) -> list[dict]:
     out = []
     for r in records:
         ev = tuple(Evidence(x[1], float(x[2]), float(x[3]) if len(x) > 3 else None) for x in r["always"]["passages"])
-        sig = GateSignals(gaps=r["gaps"], evidence=ev, model=model, confirmed=bool(r["always"]["confirms"][str(K)]))
+        sig = GateSignals(gaps=r["gaps"], evidence=ev, model=model, confirmed=bool(r["always"]["confirms"][str(K)]),
+                          support=r["always"].get("support"))
         u = gate.score(sig, p)
         out.append({**r, "scores": {**r["scores"], "evidence": {**r["scores"]["evidence"], str(K): u}}})
     return out
