@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
 from targ_mlx.errors import ModelLoadError
-from targ_mlx.eval.probes import passage_grade
+from targ_mlx.probes import passage_grade
 from targ_mlx.retrieval import Passage
 
 RERANK_FROM = 20  # candidates a reranker judges (what the selection looks at: selection.SELECT_FROM)

@@ -103,7 +103,7 @@ def test_the_core_never_imports_the_tui_or_an_entry_point():
 LAYERS = (
     ("targ_mlx", "targ_mlx._blas", "targ_mlx.defaults", "targ_mlx.errors", "targ_mlx.records",
      "targ_mlx.retrieval", "targ_mlx.calibration", "targ_mlx.runtime.native", "targ_mlx.eval.metrics",
-     "targ_mlx.eval.probes"),
+     "targ_mlx.probes"),
     ("targ_mlx.gates",),  # pure: imports defaults only, so the config and the log read its registry
     ("targ_mlx.config", "targ_mlx.log.store", "targ_mlx.runtime.model_files", "targ_mlx.runtime.model_spec",
      "targ_mlx.prompts", "targ_mlx.runtime.tokenizer", "targ_mlx.runtime.gguf", "targ_mlx.runtime.repack", "targ_mlx.index"),

@@ -16,7 +16,7 @@ import mlx.core as mx
 
 from targ_mlx import runner
 from targ_mlx.runtime.backbone import Backbone
-from targ_mlx.eval import probes
+from targ_mlx import probes
 from targ_mlx.eval.datasets import QAItem
 from targ_mlx.eval.record import RecordSettings
 from targ_mlx.settings import Settings

@@ -26,7 +26,7 @@ from targ_mlx.defaults import (  # noqa: F401  (DEFAULT_K: the eval CLI's defaul
     DEFAULT_TOP_K,
 )
 from targ_mlx.gates import SCORED_GATES
-from targ_mlx.eval import probes
+from targ_mlx import probes
 from targ_mlx.eval.datasets import QAItem
 from targ_mlx.eval.metrics import contains, score_all
 from targ_mlx.records import Answer, Latency, TokenCounts

@@ -1,5 +1,6 @@
-"""Yes/no probe prompts for the reflective baselines (Self-Eval, Self-RAG-lite, CRAG-lite) and the
-probability of "yes" read from one prefill (`runtime.batch.p_yes`). Pure prompt builders.
+"""Yes/no probe prompts, each read as the probability of "yes" from one prefill
+(`runtime.batch.p_yes`): the eval's reflective baselines (Self-Eval, Self-RAG-lite, CRAG-lite) and
+the LLM reranker's judge (`targ_mlx.rerank`). Pure prompt builders.
 """
 
 from __future__ import annotations
