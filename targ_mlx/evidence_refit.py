@@ -2,11 +2,11 @@
 
 A label (the chat's F2 / F3, `targ label`, `POST /v1/feedback`) speaks for the branch that ran:
 on a decision that read, a good answer says "Always right" at that question's top-1 similarity
-and its support (a point for the read fits); on one answered from memory, it says "Never right" at its U_mar (a
-point for the memory fit, the confirmed or unconfirmed one by what the context said). The
-current calibration (the user's own fit, else the shipped one, else the pooled default) enters
-as its knots, each standing for `prior / knots` questions (its n by default), so a handful of
-labels nudges it and many labels move it. tau is then the budget rule over every logged
+and at its support (a point for each read fit); on one answered from memory, it says "Never right"
+at its U_mar (a point for the memory fit, the confirmed or unconfirmed one by what the context
+said). The current calibration (the user's own fit, else the shipped one, else the pooled
+default) enters as its knots, each standing for `prior / knots` questions (its n by default), so a
+handful of labels nudges it and many labels move it. tau is then the budget rule over every logged
 question of the model under the refitted calibration, at the rate the old tau read them.
 """
 
