@@ -5,7 +5,8 @@ dev half before they were recorded) and both together (what each cell's summary.
     python scripts/analysis/judge_extension.py results/smollm2-135m/{seeded,clean}/{nq_open,popqa,triviaqa} \
         --out results/extension.md
 
-Each row: the gate's accuracy at its reading rate and its paired difference to a random gate at the
+Each row: the gate's accuracy (a gold answer contained: the headline table's metric, for every model;
+`--metric em` for exact match) at its reading rate and its paired difference to a random gate at the
 same rate (bootstrap 95% CI over questions), exactly as the overview tables compute it (`analysis.verdict`).
 """
 
@@ -31,7 +32,7 @@ def _ci(v: an.Verdict) -> str:
     return f"**{s}**" if lo > 0 else s
 
 
-def judge(folder: Path, k: int, n_boot: int) -> list[str]:
+def judge(folder: Path, k: int, n_boot: int, metric: str = "acc") -> list[str]:
     cfg = json.loads((folder / "config.json").read_text())
     pool, seed = split_pool(cfg), int(cfg.get("settings", {}).get("seed", 0))
     if pool is None:
@@ -39,7 +40,6 @@ def judge(folder: Path, k: int, n_boot: int) -> list[str]:
     sig = Signals(read_jsonl(folder / RECORDS))
     dev, test = split(sig.n, seed, pool=pool)
     parts = {"original test": test[test < pool], "added": test[test >= pool], "all test": test}
-    metric = an.headline_metric(sig)
     rows = []
     for gate in GATES:
         cells = []
@@ -59,11 +59,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("folders", nargs="+", type=Path, help="cell folders (records.jsonl + config.json)")
     p.add_argument("--k", type=int, default=20)
     p.add_argument("--bootstrap", type=int, default=1000)
+    p.add_argument("--metric", choices=("acc", "em"), default="acc")
     p.add_argument("--out", type=Path, help="also write the table here")
     args = p.parse_args(argv)
-    head = ["| cell | gate | original test: acc @ reading rate | − random [95% CI] | added: acc @ rate | − random "
-            "| all test: acc @ rate | − random |", "|---|---|---|---|---|---|---|---|"]
-    lines = head + [r for f in args.folders for r in judge(f, args.k, args.bootstrap)]
+    m = args.metric
+    head = [f"| cell | gate | original test: {m} @ reading rate | − random [95% CI] | added: {m} @ rate | − random "
+            f"| all test: {m} @ rate | − random |", "|---|---|---|---|---|---|---|---|"]
+    lines = head + [r for f in args.folders for r in judge(f, args.k, args.bootstrap, m)]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
