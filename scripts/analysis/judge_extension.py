@@ -2,7 +2,8 @@
 the added questions alone (never seen by any choice: budgets, tau and calibrations were fixed on the
 dev half before they were recorded) and both together (what each cell's summary.md reports).
 
-    python scripts/analysis/judge_extension.py results/smollm2-135m/{seeded,clean}/{nq_open,popqa,triviaqa} \
+    python scripts/analysis/judge_extension.py results/smollm2-135m/{seeded,clean,large}/{nq_open,popqa,triviaqa} \
+        results/qwen2.5-coder-1.5b/clean/{nq_open,popqa} \
         --out results/extension.md
 
 Each row: the gate's accuracy (a gold answer contained: the headline table's metric, for every model;
@@ -50,7 +51,7 @@ def judge(folder: Path, k: int, n_boot: int, metric: str = "acc") -> list[str]:
             v = an.verdict(sig, dev, idx, metric, k, n_boot, seed, gate=gate)
             cells.append(f"{100 * v.gate:.1f} @ {v.rate:.2f} (N {100 * v.never:.1f}, A {100 * v.always:.1f}, n {v.n}) "
                          f"| {_ci(v)}")
-        rows.append(f"| {folder.parent.name} · {folder.name} | {gate} | " + " | ".join(cells) + " |")
+        rows.append(f"| {folder.parent.parent.name} · {folder.parent.name} · {folder.name} | {gate} | " + " | ".join(cells) + " |")
     return rows
 
 
