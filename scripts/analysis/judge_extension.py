@@ -3,7 +3,7 @@ the added questions alone (never seen by any choice: budgets, tau and calibratio
 dev half before they were recorded) and both together (what each cell's summary.md reports).
 
     python scripts/analysis/judge_extension.py results/smollm2-135m/{seeded,clean,large}/{nq_open,popqa,triviaqa} \
-        results/qwen2.5-coder-1.5b/clean/{nq_open,popqa} \
+        results/qwen2.5-coder-1.5b/clean/{nq_open,popqa,triviaqa} \
         --out results/extension.md
 
 Each row: the gate's accuracy (a gold answer contained: the headline table's metric, for every model;
