@@ -8,32 +8,33 @@ from __future__ import annotations
 SYSTEM = "You are a helpful assistant. Reply with Yes or No only."
 
 
+def _ask(text: str) -> list[dict]:
+    """One yes/no question as chat messages: the shared system line, then `text`."""
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": text}]
+
+
 def self_eval(question: str) -> list[dict]:
     """Self-Eval gate: does the model think it needs to look something up?"""
-    return [{"role": "system", "content": SYSTEM},
-            {"role": "user", "content": f"Question: {question}\nDo you need to look up information "
-                                        "(for example in Wikipedia) to answer this question correctly? Yes or No?"}]
+    return _ask(f"Question: {question}\nDo you need to look up information "
+                "(for example in Wikipedia) to answer this question correctly? Yes or No?")
 
 
 def self_check(question: str, answer: str) -> list[dict]:
     """Self-RAG-lite reflection: is the draft answer supported? (we read P(no) = unsupported)."""
-    return [{"role": "system", "content": SYSTEM},
-            {"role": "user", "content": f"Question: {question}\nProposed answer: {answer}\n"
-                                        "Is the proposed answer correct and supported by facts? Yes or No?"}]
+    return _ask(f"Question: {question}\nProposed answer: {answer}\n"
+                "Is the proposed answer correct and supported by facts? Yes or No?")
 
 
 def crag_grade(question: str, context: str) -> list[dict]:
     """CRAG-lite evaluator: are the retrieved passages relevant to the question?"""
-    return [{"role": "system", "content": SYSTEM},
-            {"role": "user", "content": f"Passages:\n{context}\n\nQuestion: {question}\n"
-                                        "Do these passages contain the answer to the question? Yes or No?"}]
+    return _ask(f"Passages:\n{context}\n\nQuestion: {question}\n"
+                "Do these passages contain the answer to the question? Yes or No?")
 
 
 def passage_grade(question: str, passage: str) -> list[dict]:
     """The LLM reranker's judge (`targ_mlx.rerank`): does this one passage answer the question?"""
-    return [{"role": "system", "content": SYSTEM},
-            {"role": "user", "content": f"Passage:\n{passage}\n\nQuestion: {question}\n"
-                                        "Does the passage contain the answer to the question? Yes or No?"}]
+    return _ask(f"Passage:\n{passage}\n\nQuestion: {question}\n"
+                "Does the passage contain the answer to the question? Yes or No?")
 
 
 def crag_head(tokenizer, context: str, n_tokens: int) -> str:
