@@ -124,6 +124,14 @@ def select(question: str, passages: Sequence[Passage], budget: int, count: Calla
     """
     split = [sentences(p.text) for p in passages]
     ranked = windows(question, split, [p.title for p in passages], size, rank_weight, rank_scale)
+    return pack(ranked, passages, split, budget, count, min_ratio)
+
+
+def pack(ranked: Sequence[Window], passages: Sequence[Passage], split: Sequence[Sequence[str]], budget: int,
+         count: Callable[[str], int], min_ratio: float = MIN_RATIO) -> list[Passage]:
+    """The windows of `ranked` (best first; sentences of `split`, each passage's `sentences`) that
+    fit `budget` tokens, taken in order, as passages whose text is their chosen sentences; windows
+    below `min_ratio` x the best one's score are left (see `select`)."""
     floor = min_ratio * ranked[0].score if ranked else 0.0
     # token costs counted once per sentence and title line and added up: close to the packed line's
     # count (a few tokens apart at the joins), which `prompts.pack_context` then holds exactly
