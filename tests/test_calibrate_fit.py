@@ -14,8 +14,9 @@ import pytest
 
 from targ_mlx.calibrate import main
 from targ_mlx.config import default_config_path, load_config
+from targ_mlx.eval.record import record_signals
 from targ_mlx.evidence_fit import read_cell
-from targ_mlx.gates import Evidence, GateParams, Signals, get
+from targ_mlx.gates import GateParams, get
 from targ_mlx.gates.evidence import HIDE_ENV, calibrations
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,10 +30,7 @@ def _decisions(records: list[dict], cal: dict, tau: float) -> list[bool]:
     gate, p = get("evidence"), GateParams(20, 3.0, cal)
     out = []
     for r in records:
-        ev = tuple(Evidence(x[1], float(x[2])) for x in r["always"]["passages"])
-        sig = Signals(gaps=r["gaps"], evidence=ev, model="smollm2-135m", confirmed=bool(r["always"]["confirms"]["20"]),
-                      support=r["always"]["support"])
-        out.append(gate.decide(sig, tau, p).retrieve)
+        out.append(gate.decide(record_signals(r, "smollm2-135m", 20), tau, p).retrieve)
     return out
 
 

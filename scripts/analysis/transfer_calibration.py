@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 
 from targ_mlx.eval import analysis as an
+from targ_mlx.eval.record import record_signals
 from targ_mlx.eval.sweep import Signals
 from targ_mlx.evidence_fit import read_cell
-from targ_mlx.gates import Evidence, GateParams, get
-from targ_mlx.gates import Signals as GateSignals
+from targ_mlx.gates import GateParams, get
 from targ_mlx.gates.evidence import DEFAULT_KEY, calibrations
 
 ROOT = Path(__file__).resolve().parents[2] / "results"
@@ -37,10 +37,7 @@ def rescored(records: list[dict], model: str, cal: dict) -> list[dict]:
     gate, p = get("evidence"), GateParams(K, BETA, cal)
     out = []
     for r in records:
-        ev = tuple(Evidence(x[1], float(x[2]), float(x[3]) if len(x) > 3 else None) for x in r["always"]["passages"])
-        sig = GateSignals(gaps=r["gaps"], evidence=ev, model=model, confirmed=bool(r["always"]["confirms"][str(K)]),
-                          support=r["always"].get("support"))
-        u = gate.score(sig, p)
+        u = gate.score(record_signals(r, model, K), p)
         out.append({**r, "scores": {**r["scores"], "evidence": {**r["scores"]["evidence"], str(K): u}}})
     return out
 

@@ -114,8 +114,7 @@ def gate_scores(entropies: Sequence[float], gaps: Sequence[float], samples: Sequ
     scoring (`gates.score_all`) over the draft, and over the packed passages ([key, title,
     similarity]) and whether they say what the k-token draft says (`confirms`, by str(k)) for a
     gate that looks at the search."""
-    evidence = None if passages is None else tuple(
-        gates.Evidence(p[1], float(p[2]), float(p[3]) if len(p) > 3 else None) for p in passages)
+    evidence = evidence_of(passages)
     out: dict = {g: {} for g in SCORED_GATES}
     for k in ks:
         c = (confirms or {}).get(str(k))
@@ -123,6 +122,20 @@ def gate_scores(entropies: Sequence[float], gaps: Sequence[float], samples: Sequ
         for g, u in gates.score_all(sig, gates.GateParams(k, beta)).items():
             out.setdefault(g, {})[str(k)] = u
     return out
+
+
+def evidence_of(passages: Sequence | None) -> tuple[gates.Evidence, ...] | None:
+    """A record's packed passages ([key, title, similarity] or [..., BM25 score]) as the gates see them."""
+    return None if passages is None else tuple(
+        gates.Evidence(p[1], float(p[2]), float(p[3]) if len(p) > 3 else None) for p in passages)
+
+
+def record_signals(r: dict, model: str, k: int) -> gates.Signals:
+    """What the gates saw for record `r` at draft length `k`: its draft, its packed passages, whether
+    they say what the k-token draft says, and their support (what `gate_scores` scored)."""
+    c = (r["always"].get("confirms") or {}).get(str(k))
+    return gates.Signals(r["entropies"], r["gaps"], r["samples"], evidence_of(r["always"].get("passages")), model,
+                         None if c is None else bool(c), r["always"].get("support"))
 
 
 def fill_scores(records: Sequence[dict], model: str, beta: float, search_changed: bool = False) -> int:
