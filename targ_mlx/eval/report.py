@@ -141,7 +141,8 @@ def render(name: str, sig: Signals, a: an.Analysis, points, never: Point, always
     if "evidence" in a.gate_verdicts:
         lines += ["### The evidence gate (search first, then decide whether to read)", "",
                   "It searches every question (milliseconds on a local index), then reads only where P(Always right | "
-                  "top-1 similarity) × P(Never wrong | U_mar) > τ (calibrations fitted on dev-half records, "
+                  "top-1 similarity, support) × P(Never wrong | U_mar, confirmed) > τ (the first the mean of a "
+                  "calibration of each; calibrations fitted on dev-half records, "
                   "`targ_mlx/gates/evidence_calibration.json`). Same protocol and controls as above; its rate is the "
                   "reading rate (search rate 1.0).", ""]
         for m in (head, other):
