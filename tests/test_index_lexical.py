@@ -19,7 +19,7 @@ from targ_mlx.index.errors import CorpusError, IndexCorruptError, IndexMismatchE
 from targ_mlx.index.hybrid import HybridRetriever
 from targ_mlx.index.lexical import KEYS, LexicalIndex, add_lexical, build_lexical, has_lexical, lexical_dir
 from targ_mlx.index.store import rebuild_command
-from targ_mlx.retrieval import Passage, fuse
+from targ_mlx.retrieval import Passage, fuse, search_fused
 
 SIMPLEWIKI = SHARED_DATA / "corpus" / "simplewiki_2021.jsonl.xz"
 ENWIKI = SHARED_DATA / "corpus" / "enwiki_2025_early.jsonl.xz"
@@ -251,3 +251,24 @@ def test_hybrid_over_a_bm25_only_index_fuses_bm25s_top_20_with_their_cosine_orde
         assert all(p.bm25 > 0 and p.text for p in got)
         moved += [p.key for p in got] != [p.key for p in top[:5]]
     assert moved  # the cosine order changed some top 5: this is not BM25 under another name
+
+
+def test_a_fused_search_in_the_index_returns_what_fusing_its_full_rankings_returns(small_index_corpus, small_index_dir,
+                                                                                 small_index_questions, tmp_path):
+    """HybridRetriever.search_fused (a chat question's forms fused before any passage is completed)
+    gives the passages, cosines and BM25 scores that fusing each form's full top 20 gives."""
+    lex = build_index([str(small_index_corpus)], tmp_path / "lex", dense=False)
+    retrievers = [open_indexes([lex]), open_indexes([lex], retriever="hybrid"),
+                  open_indexes([small_index_dir], retriever="bm25"), open_indexes([small_index_dir], retriever="hybrid")]
+    qs = [q["question"] for q in small_index_questions[:12]]
+    chats = [(qs[i], f"{qs[i]} {qs[i + 1]}", qs[i + 1]) for i in range(0, 12, 3)]  # a follow-up's forms
+    for r in retrievers:
+        assert isinstance(r, HybridRetriever)
+        for forms in chats:
+            for weights in (None, [0.25, 1.0, 0.5]):
+                want = fuse(r.search_batch(list(forms), 20), 5, weights=weights)
+                got = search_fused(r, list(forms), 5, weights)
+                assert [p.key for p in got] == [p.key for p in want], r.mode
+                assert [p.score for p in got] == pytest.approx([p.score for p in want], abs=1e-6)
+                assert [p.bm25 for p in got] == pytest.approx([p.bm25 for p in want], abs=1e-6)
+                assert all(p.text for p in got)

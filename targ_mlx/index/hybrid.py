@@ -67,6 +67,31 @@ class HybridRetriever:
         check_k(k)
         if not queries:
             return []
+        vecs, ranked = self._ranked(queries, k)
+        self._complete(ranked, vecs)
+        return [[replace(p, bm25=bm25[p.key]) for p in found if not np.isnan(p.score)] for found, bm25, _ in ranked]
+
+    def search_fused(self, queries: Sequence[str], k: int, weights: Sequence[float] | None = None) -> list[Passage]:
+        """What `retrieval.search_fused` returns for several queries of one question (each ranked
+        FUSE_DEPTH deep, fused by rank), with text and cosine looked up or encoded for the fused
+        top `k` only: a BM25-only folder encodes k passages, not FUSE_DEPTH per query. Each keeps
+        the cosine and BM25 score of the first query whose ranking holds it, as `fuse` keeps the
+        first-seen passage."""
+        check_k(k)
+        vecs, ranked = self._ranked(queries, max(k, FUSE_DEPTH))
+        top = fuse([found for found, _, _ in ranked], k, weights=weights)
+        first: dict[int, int] = {}
+        for i, (found, _, _) in enumerate(ranked):
+            for p in found:
+                first.setdefault(p.key, i)
+        mine = [([p for p in top if first[p.key] == i], bm25, owner) for i, (_, bm25, owner) in enumerate(ranked)]
+        self._complete(mine, vecs)
+        done = {p.key: replace(p, bm25=bm25[p.key]) for found, bm25, _ in mine for p in found}
+        return [done[p.key] for p in top if not np.isnan(done[p.key].score)]
+
+    def _ranked(self, queries: Sequence[str], k: int):
+        """(the queries' vectors per folder, each query's `_rank`): the top `k` of each ranking,
+        a passage only BM25 found still a bare key."""
         depth = max(k, FUSE_DEPTH)
         vecs = [np.atleast_2d(dense.encoder.encode_queries(queries)).astype(np.float32) for dense, _ in self.parts]
         dense = [[[] for _ in queries] for _ in self.parts]
@@ -74,9 +99,7 @@ class HybridRetriever:
             for part, ((retriever, lex), v) in enumerate(zip(self.parts, vecs)):
                 dense[part] = (retriever.search_vectors(v, depth) if retriever.index is not None
                                else self._by_cosine(retriever, lex, queries, v, depth))
-        ranked = [self._rank(q, [d[i] for d in dense], k, depth) for i, q in enumerate(queries)]
-        self._complete(ranked, vecs)
-        return [[replace(p, bm25=bm25[p.key]) for p in found if not np.isnan(p.score)] for found, bm25, _ in ranked]
+        return vecs, [self._rank(q, [d[i] for d in dense], k, depth) for i, q in enumerate(queries)]
 
     @staticmethod
     def _by_cosine(retriever, lex: LexicalIndex, queries: Sequence[str], vecs: np.ndarray, depth: int):
