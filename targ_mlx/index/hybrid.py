@@ -78,6 +78,8 @@ class HybridRetriever:
         the cosine and BM25 score of the first query whose ranking holds it, as `fuse` keeps the
         first-seen passage."""
         check_k(k)
+        if not queries:  # as search_batch: nothing asked, nothing encoded
+            return []
         vecs, ranked = self._ranked(queries, max(k, FUSE_DEPTH))
         top = fuse([found for found, _, _ in ranked], k, weights=weights)
         first: dict[int, int] = {}
