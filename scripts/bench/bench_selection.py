@@ -12,6 +12,8 @@ ceiling), the mean context tokens each way fills, and the milliseconds the selec
 reports the same figures over the re-ordered lists beside the search's own order, with the seconds
 the reranker takes per question.
 
+--select-from N lets the selection read from each search's top N instead of the shipped 20.
+
 --tune chooses the selection's window size and rank weight on 300 other questions per dataset (seed 1,
 none of the reported ones) by the mean read-hit over the datasets, and reports them on the sample.
 
@@ -51,15 +53,16 @@ def held_out(items, limit: int, seed: int, exclude: set[str]):
     return sample([it for it in items if it.id not in exclude], limit, seed)
 
 
-def measure(items, found, tok, budget: int, **params) -> dict:
-    """read-hit and tokens of the top 5 and of the selection over the same searches."""
+def measure(items, found, tok, budget: int, select_from: int = selection.SELECT_FROM, **params) -> dict:
+    """read-hit and tokens of the top 5 and of the selection (from each search's top `select_from`)
+    over the same searches."""
     encode, decode = tok.encode, tok.decode
     count = lambda s: len(encode(s))  # noqa: E731
     top5, sel, t5_tok, sel_tok, secs = [], [], [], [], []
     for it, ps in zip(items, found):
         a = pack_context(ps[:5], budget, encode, decode)
         t0 = time.perf_counter()
-        chosen = selection.select(it.question, ps[: selection.SELECT_FROM], budget, count, **params)
+        chosen = selection.select(it.question, ps[:select_from], budget, count, **params)
         b = pack_context(chosen, budget, encode, decode)
         secs.append(time.perf_counter() - t0)
         top5.append(contains(a.text, it.answers))
@@ -70,7 +73,9 @@ def measure(items, found, tok, budget: int, **params) -> dict:
             "selection_tokens": statistics.mean(sel_tok), "selection_ms": 1000 * statistics.mean(secs),
             "hit@5": statistics.mean(contains(" ".join(p.text for p in ps[:5]), it.answers) for it, ps in zip(items, found)),
             "hit@20": statistics.mean(contains(" ".join(p.text for p in ps[:20]), it.answers)
-                                      for it, ps in zip(items, found)), "n": len(items),
+                                      for it, ps in zip(items, found)),
+            f"hit@{select_from}": statistics.mean(contains(" ".join(p.text for p in ps[:select_from]), it.answers)
+                                                  for it, ps in zip(items, found)), "n": len(items),
             "paired": {"both": sum(a and b for a, b in zip(top5, sel)), "top5_only": sum(a and not b for a, b in zip(top5, sel)),
                        "selection_only": sum(b and not a for a, b in zip(top5, sel))}}
 
@@ -107,6 +112,8 @@ def main(argv=None) -> int:
     p.add_argument("--model", default="smollm2-135m", help="whose tokenizer counts the tokens")
     p.add_argument("--rerank", default="", help="also re-order the top 20 with this reranker: llm or a CrossEncoder")
     p.add_argument("--tune", action="store_true", help="choose size and rank weight on held-out questions first")
+    p.add_argument("--select-from", type=int, default=selection.SELECT_FROM,
+                   help=f"passages the selection reads from, each search's top N (default {selection.SELECT_FROM}: what ships)")
     p.add_argument("--output", default="runs/selection.json")
     args = p.parse_args(argv)
     from targ_mlx.runtime.backbone import load_backbone
@@ -117,7 +124,7 @@ def main(argv=None) -> int:
     names = args.datasets.split(",")
     out = {"meta": {"date": str(date.today()), "machine": platform.machine(), "cpu_flags": cpu_flags(),
                     "budget": args.budget, "model": args.model, "limit": args.limit, "seed": args.seed,
-                    "rerank": args.rerank}, "results": {}}
+                    "rerank": args.rerank, "select_from": args.select_from}, "results": {}}
     for spec in args.index:
         name, folder = spec.split("=", 1)
         retriever = open_indexes([Path(folder)])
@@ -128,29 +135,31 @@ def main(argv=None) -> int:
                 items = read_jsonl(DATASETS[ds])
                 reported = {it.id for it in sample(items, args.limit, args.seed)}
                 dev_items = held_out(items, 300, 1, reported)
-                dev[ds] = (dev_items, search_all(retriever, dev_items)[0])
+                dev[ds] = (dev_items, search_all(retriever, dev_items, max(20, args.select_from))[0])
             grid = []
             for g in GRID:
-                score = statistics.mean(measure(its, fs, tok, args.budget, **g)["selection"] for its, fs in dev.values())
+                score = statistics.mean(measure(its, fs, tok, args.budget, args.select_from, **g)["selection"] for its, fs in dev.values())
                 grid.append((score, g))
                 print(f"tune {name}: {g} dev read-hit {100 * score:.1f}", flush=True)
             params = max(grid, key=lambda x: x[0])[1]
             out["results"].setdefault(name, {})["tuned"] = {"grid": [{"score": s, **g} for s, g in grid], "picked": params}
         for ds in names:
             items = sample(read_jsonl(DATASETS[ds]), args.limit, args.seed)
-            found, search_ms = search_all(retriever, items)
-            r = measure(items, found, tok, args.budget, **params) | {"search_ms": search_ms, "params": params}
-            r["depth"] = {str(m): {k: v for k, v in measure(items, found, tok, args.budget, min_ratio=m, **params).items()
+            found, search_ms = search_all(retriever, items, max(20, args.select_from))
+            r = measure(items, found, tok, args.budget, args.select_from, **params) | {"search_ms": search_ms, "params": params}
+            r["depth"] = {str(m): {k: v for k, v in measure(items, found, tok, args.budget, args.select_from, min_ratio=m,
+                                                            **params).items()
                                    if k in ("selection", "selection_tokens")} for m in RATIOS[1:]}
             out["results"].setdefault(name, {})[ds] = r
             print(f"{name:8} {ds:9} read-hit top5 {100 * r['top5']:5.1f} ({r['top5_tokens']:.0f} tok)  selection "
                   f"{100 * r['selection']:5.1f} ({r['selection_tokens']:.0f} tok, +{r['selection_ms']:.1f} ms)  "
-                  f"hit@5 {100 * r['hit@5']:5.1f} hit@20 {100 * r['hit@20']:5.1f}  {r['paired']}", flush=True)
+                  f"hit@5 {100 * r['hit@5']:5.1f} hit@20 {100 * r['hit@20']:5.1f} hit@{args.select_from} "
+                  f"{100 * r[f'hit@{args.select_from}']:5.1f}  {r['paired']}", flush=True)
             for m, d in r["depth"].items():
                 print(f"{'':18} min_ratio {m}: selection {100 * d['selection']:5.1f} ({d['selection_tokens']:.0f} tok)")
             if judge is not None:
                 judged, secs = rerank_all(judge, items, found)
-                j = measure(items, judged, tok, args.budget, **params) | {"rerank_s": secs}
+                j = measure(items, judged, tok, args.budget, args.select_from, **params) | {"rerank_s": secs}
                 r["reranked"] = j
                 print(f"{'':18} rerank {args.rerank}: read-hit top5 {100 * j['top5']:5.1f}  selection "
                       f"{100 * j['selection']:5.1f}  hit@5 {100 * j['hit@5']:5.1f}  {secs:.2f} s/question  {j['paired']}",
