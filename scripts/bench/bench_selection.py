@@ -71,13 +71,14 @@ def measure(items, found, tok, budget: int, select_from: int = selection.SELECT_
         sel_tok.append(b.tokens)
     return {"top5": statistics.mean(top5), "selection": statistics.mean(sel), "top5_tokens": statistics.mean(t5_tok),
             "selection_tokens": statistics.mean(sel_tok), "selection_ms": 1000 * statistics.mean(secs),
-            "hit@5": statistics.mean(contains(" ".join(p.text for p in ps[:5]), it.answers) for it, ps in zip(items, found)),
-            "hit@20": statistics.mean(contains(" ".join(p.text for p in ps[:20]), it.answers)
-                                      for it, ps in zip(items, found)),
-            f"hit@{select_from}": statistics.mean(contains(" ".join(p.text for p in ps[:select_from]), it.answers)
-                                                  for it, ps in zip(items, found)), "n": len(items),
+            **{f"hit@{n}": hit_at(items, found, n) for n in (5, 20, select_from)}, "n": len(items),
             "paired": {"both": sum(a and b for a, b in zip(top5, sel)), "top5_only": sum(a and not b for a, b in zip(top5, sel)),
                        "selection_only": sum(b and not a for a, b in zip(top5, sel))}}
+
+
+def hit_at(items, found, n: int) -> float:
+    """The share of questions with an answer string in the whole text of their top `n` passages."""
+    return statistics.mean(contains(" ".join(p.text for p in ps[:n]), it.answers) for it, ps in zip(items, found))
 
 
 def search_all(retriever, items, depth: int = 20) -> tuple[list, float]:
@@ -116,6 +117,7 @@ def main(argv=None) -> int:
                    help=f"passages the selection reads from, each search's top N (default {selection.SELECT_FROM}: what ships)")
     p.add_argument("--output", default="runs/selection.json")
     args = p.parse_args(argv)
+    depth = max(20, args.select_from)  # hit@20 is reported whatever the selection reads from
     from targ_mlx.runtime.backbone import load_backbone
 
     bb = load_backbone(args.model)
@@ -135,7 +137,7 @@ def main(argv=None) -> int:
                 items = read_jsonl(DATASETS[ds])
                 reported = {it.id for it in sample(items, args.limit, args.seed)}
                 dev_items = held_out(items, 300, 1, reported)
-                dev[ds] = (dev_items, search_all(retriever, dev_items, max(20, args.select_from))[0])
+                dev[ds] = (dev_items, search_all(retriever, dev_items, depth)[0])
             grid = []
             for g in GRID:
                 score = statistics.mean(measure(its, fs, tok, args.budget, args.select_from, **g)["selection"] for its, fs in dev.values())
@@ -145,7 +147,7 @@ def main(argv=None) -> int:
             out["results"].setdefault(name, {})["tuned"] = {"grid": [{"score": s, **g} for s, g in grid], "picked": params}
         for ds in names:
             items = sample(read_jsonl(DATASETS[ds]), args.limit, args.seed)
-            found, search_ms = search_all(retriever, items, max(20, args.select_from))
+            found, search_ms = search_all(retriever, items, depth)
             r = measure(items, found, tok, args.budget, args.select_from, **params) | {"search_ms": search_ms, "params": params}
             r["depth"] = {str(m): {k: v for k, v in measure(items, found, tok, args.budget, args.select_from, min_ratio=m,
                                                             **params).items()
