@@ -9,7 +9,6 @@ import shutil
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 from conftest import SHARED_DATA
@@ -17,7 +16,7 @@ from targ_mlx.index import build_index, open_indexes, open_retriever
 from targ_mlx.index.corpus import read_corpus
 from targ_mlx.index.errors import CorpusError, IndexCorruptError, IndexMismatchError, IndexMissingError
 from targ_mlx.index.hybrid import HybridRetriever
-from targ_mlx.index.lexical import KEYS, LexicalIndex, add_lexical, build_lexical, has_lexical, lexical_dir
+from targ_mlx.index.lexical import add_lexical, build_lexical, has_lexical, lexical_dir, open_lexical
 from targ_mlx.index.store import rebuild_command
 from targ_mlx.retrieval import Passage, fuse, search_fused
 
@@ -92,19 +91,22 @@ def _rows(n: int):
 
 def test_bm25_finds_the_article_a_query_names(tmp_path):
     rows = _rows(60)
-    meta = build_lexical(iter(rows), tmp_path / "idx" / "bm25")
-    assert meta["passages"] == 60 and meta["vocabulary"] > 1000
-    lex = LexicalIndex.open(tmp_path / "idx")
-    found = lex.search([f"{rows[17][1]}", "qqqzzz unknownword"], 5)
+    meta = build_lexical(lambda after: rows, tmp_path / "idx" / "bm25")
+    assert meta["passages"] == 60 and meta["kind"] == "tantivy"
+    lex = open_lexical(tmp_path / "idx")
+    found = lex.search([f"{rows[17][1]}", "qqqzzz unknownword", "the of and"], 5)
     assert found[0][0][0] == rows[17][0] and found[0][0][1] > 0
-    assert found[1] == []  # no known term: nothing, not five arbitrary passages
-    assert np.array_equal(np.asarray(lex.keys), [k for k, _, _ in rows])
+    assert found[1] == [] and found[2] == []  # no known term: nothing, not five arbitrary passages
+    assert len(lex) == 60
+    # the score of a given passage is the one its ranking gave; 0 for one the query misses
+    top = found[0][:3]
+    assert lex.score_keys(rows[17][1], [k for k, _ in top] + [123]) == pytest.approx([s for _, s in top] + [0.0])
 
 
 def test_bm25_rows_must_come_in_key_order(tmp_path):
     rows = _rows(3)
     with pytest.raises(ValueError, match="ascending key order"):
-        build_lexical(iter(rows[::-1]), tmp_path / "bm25")
+        build_lexical(lambda after: rows[::-1], tmp_path / "bm25")
 
 
 def test_hybrid_fusion_ranks_by_reciprocal_rank():
@@ -138,7 +140,7 @@ def test_hybrid_search_carries_both_raw_scores_for_every_passage(small_index_dir
     assert isinstance(hybrid, HybridRetriever) and hybrid.mode == "hybrid" and len(hybrid.parts) == 1
     dense = open_indexes([small_index_dir], retriever="dense")
     bm25 = open_indexes([small_index_dir], retriever="bm25")
-    lex = LexicalIndex.open(small_index_dir)
+    lex = open_lexical(small_index_dir)
     enc = dense.encoder
     for q in small_index_questions[:8]:
         text = q["question"]
@@ -146,12 +148,11 @@ def test_hybrid_search_carries_both_raw_scores_for_every_passage(small_index_dir
         assert len(h) == 5 and all(x.bm25 is not None for x in h + b)
         cos = {x.key: x.score for x in d}
         qv = enc.encode_queries([text])[0]
-        scores = lex.scores(text)
         for x in h + b:
             # the cosine of a passage BM25 alone found is read back from its stored (f16) vector
             want = cos.get(x.key, float(dense.vectors([x.key])[0] @ qv))
             assert x.score == pytest.approx(want, abs=2e-3)
-            assert x.bm25 == pytest.approx(lex.scores_of(scores, [x.key])[0])
+            assert x.bm25 == pytest.approx(lex.score_keys(text, [x.key])[0], rel=1e-6)
         assert [x.bm25 for x in b] == sorted((x.bm25 for x in b), reverse=True)
         # hybrid's order is the fusion of the two rankings, each 20 deep
         lex_rank = [x.key for x in bm25.search(text, 20)]
@@ -174,14 +175,15 @@ def _copy(index, dst):
     return dst
 
 
-def test_a_missing_or_truncated_bm25_file_is_one_line_naming_the_fix(small_index_dir, tmp_path):
+def test_a_missing_or_truncated_bm25_segment_is_one_line_naming_the_fix(small_index_dir, tmp_path):
     idx = _copy(small_index_dir, tmp_path / "idx")
-    keys = lexical_dir(idx) / KEYS
-    keys.write_bytes(keys.read_bytes()[:-8])
-    with pytest.raises(IndexCorruptError, match=r"keys\.npy is \d+ bytes .*truncated.*fix: python -m targ_mlx.index lexical"):
+    segment = max(lexical_dir(idx).glob("*.idx"), key=lambda f: f.stat().st_size)  # a segment's postings
+    segment.write_bytes(segment.read_bytes()[:-8])
+    with pytest.raises(IndexCorruptError, match=r"\.idx is \d+ bytes .*truncated.*fix: python -m targ_mlx.index lexical") as e:
         open_indexes([idx], retriever="hybrid")
-    keys.unlink()
-    with pytest.raises(IndexMissingError, match=r"keys\.npy is missing; fix: python -m targ_mlx.index lexical"):
+    assert "\n" not in str(e.value)
+    segment.unlink()
+    with pytest.raises(IndexMissingError, match=r"\.idx is missing; fix: python -m targ_mlx.index lexical"):
         open_indexes([idx], retriever="bm25")
     add_lexical(idx)  # the fix it names
     assert open_indexes([idx], retriever="hybrid").search("who", 1)

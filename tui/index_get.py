@@ -44,8 +44,9 @@ class IndexGet:
             raise commands.CommandError(f"{self._getting.target.title} is still building (its line in the chat "
                                         "shows how far); one /index get at a time")
         t = named.target(name)
+        cost = named.cost_line(t.name)
         view = self.query_one(ChatLog).add("system", f"building {t.title} into {t.out} (BM25 only, in the "
-                                                     "background); ask meanwhile")
+                                                     f"background{'; ' + cost if cost else ''}); ask meanwhile")
         self._getting = _Run(t, view)
         self.build_bigger_index(t)
 

@@ -9,12 +9,12 @@ import sys, time, statistics
 import numpy as np
 from targ_mlx.eval.datasets import read_jsonl, sample
 from targ_mlx.eval.metrics import contains
-from targ_mlx.index.lexical import LexicalIndex
+from targ_mlx.index.lexical import open_lexical
 from targ_mlx.index.retriever import open_retriever
 from targ_mlx.retrieval import Passage, fuse
 name, path, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 folder = sys.argv[4] if len(sys.argv) > 4 else "index/large-bm25"
-r = open_retriever(folder); lex = LexicalIndex.open(folder)
+r = open_retriever(folder); lex = open_lexical(folder)
 eval_ids = {it.question for it in sample(read_jsonl(path), 500, 0)}
 items = [it for it in sample(read_jsonl(path), 2000 if name != "popqa" else 1000, 1) if it.question not in eval_ids][:n]
 res = {"bm25": [], "cos": [], "rrf": []}; t0 = time.time()

@@ -22,7 +22,7 @@ import numpy as np
 
 from targ_mlx.eval.datasets import read_jsonl, sample
 from targ_mlx.eval.metrics import contains
-from targ_mlx.index.lexical import LexicalIndex
+from targ_mlx.index.lexical import open_lexical
 from targ_mlx.index.retriever import open_retriever
 from targ_mlx.retrieval import FUSE_DEPTH, Passage, fuse
 
@@ -48,7 +48,7 @@ def held_out(path: Path, limit: int) -> list:
 
 def probe(folder: Path, path: Path, limit: int) -> dict:
     r = open_retriever(folder)
-    lex = LexicalIndex.open(folder)
+    lex = open_lexical(folder)
     items = held_out(path, limit)
     t0 = time.perf_counter()
     vecs = np.atleast_2d(r.encoder.encode_queries([it.question for it in items])).astype(np.float32)

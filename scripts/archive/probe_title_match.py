@@ -18,7 +18,7 @@ import sys
 
 from targ_mlx.eval.datasets import read_jsonl, sample
 from targ_mlx.eval.metrics import contains
-from targ_mlx.index.lexical import LexicalIndex
+from targ_mlx.index.lexical import open_lexical
 
 STOP = set("a an the of in on at to for by with and or is was are were be who what when where which whom whose "
            "how why did do does from as that this it its his her their".split())
@@ -42,7 +42,7 @@ def named(question: str, titles: dict) -> tuple[int, list[str]]:
 def main(argv):
     name, path, n = argv[0], argv[1], int(argv[2])
     folder = argv[3] if len(argv) > 3 else "index/large-bm25"
-    lex = LexicalIndex.open(folder)
+    lex = open_lexical(folder)
     db = sqlite3.connect(f"{folder}/passages.db")
     titles = collections.defaultdict(list)
     for key, title in db.execute("SELECT key, title FROM passages ORDER BY key"):
@@ -52,7 +52,6 @@ def main(argv):
     items = [it for it in sample(read_jsonl(path), 2000 if name != "popqa" else 1000, 1) if it.question not in eval_qs][:n]
     res = collections.defaultdict(list)
     for it in items:
-        qs = lex.scores(it.question)
         bm = [int(k) for k, _ in lex.search([it.question], 20)[0]]
         ln, hits = named(it.question, titles)
         cand = list(dict.fromkeys(k for h in hits for k in titles[h][:300]))
@@ -62,7 +61,7 @@ def main(argv):
             part = keys[i:i + 900]
             for k, text, start in db.execute(f"SELECT key, text, start FROM passages WHERE key IN ({','.join('?' * len(part))})", part):
                 rows[k] = (text, start)
-        bms = dict(zip(keys, lex.scores_of(qs, keys)))
+        bms = dict(zip(keys, lex.score_keys(it.question, keys)))
         inside = set(cand)
         lead = {k for k in inside if rows[k][1] == 0}
         hit = lambda order: contains(" ".join(rows[k][0] for k in order[:5]), it.answers)  # noqa: E731

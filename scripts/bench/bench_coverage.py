@@ -25,7 +25,7 @@ from pathlib import Path
 
 from targ_mlx.eval.datasets import read_jsonl, sample
 from targ_mlx.eval.metrics import contains
-from targ_mlx.index.lexical import LexicalIndex, has_lexical
+from targ_mlx.index.lexical import has_lexical, open_lexical
 from targ_mlx.index.merged import open_indexes
 from targ_mlx.index.retriever import open_retriever
 
@@ -48,7 +48,7 @@ def _searchers(folder: Path, exact: bool = False) -> dict:
 
             out["exact"] = dense_exact
     if has_lexical(folder):
-        lex = LexicalIndex.open(folder)
+        lex = open_lexical(folder)
 
         def bm25(qs):
             found = lex.search(qs, DEPTH)

@@ -168,7 +168,7 @@ def _info(path, verify: bool, as_json: bool) -> None:
     for c in r.manifest.get("corpora") or []:  # a dropped file shows as a source with fewer passages
         print(f"{'source':12} {c['source']}: {c['passages']:,} passages from {c['articles']:,} articles/documents")
     lex = lexical_summary(r.path)
-    print(f"{'bm25':12} " + (f"{lex['passages']:,} passages, {lex['vocabulary']:,} terms ({lex['build_s']} s)"
+    print(f"{'bm25':12} " + (f"{lex['passages']:,} passages, {lex.get('kind', 'bm25s')} ({lex['build_s']} s)"
                               if lex else f"none (hybrid search needs it: {fix_command(r.path)})"))
     _print_skipped(r.manifest)
 
@@ -200,7 +200,7 @@ def _lexical(args) -> None:
     read_manifest(args.dir)  # a finished index, or one line saying what is wrong
     with index_lock(Path(args.dir), wait=args.wait):  # one writer: a build or add of DIR may be running
         meta = add_lexical(args.dir)
-    print(f"{args.dir}: BM25 over {meta['passages']:,} passages, {meta['vocabulary']:,} terms in {meta['build_s']} s")
+    print(f"{args.dir}: BM25 over {meta['passages']:,} passages ({meta['kind']}) in {meta['build_s']} s")
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -9,7 +9,7 @@ Specs accepted by `read_corpus`:
                               pool not selected per evaluated question: a clean corpus)
   PATH.xml[.bz2]              a MediaWiki XML dump (enwiki-*-pages-articles*.xml.bz2)
   PATH.parquet | DIR          Hugging Face `wikimedia/wikipedia` parquet files (id, title, text)
-  hf:wikimedia/wikipedia:CONFIG   the same by name, streamed with `datasets` (needs the network)
+  hf:wikimedia/wikipedia:CONFIG   the same by name, its parquet shards streamed from the Hub (needs the network)
   simplewiki | enwiki         shorthands for hf:wikimedia/wikipedia:20231101.simple / .en (online)
   PATH (wiki_NN) | DIR        WikiExtractor output: its plain `<doc ...>` text or `--json` lines,
                               one file or the folder tree of AA/wiki_00 files (.bz2/.gz/.xz too)
@@ -286,38 +286,70 @@ def read_xml_dump(path: Path) -> Iterator[Article]:
                     yield Article(page.get("id") or page["title"], page["title"], text, label)
 
 
-def read_parquet(path: Path) -> Iterator[Article]:
-    """Hugging Face `wikimedia/wikipedia` parquet: columns id, title, text (one file or a folder)."""
+def _parquet():
     try:
         import pyarrow.parquet as pq
     except ImportError:
-        raise CorpusError(f"{path}: reading parquet needs pyarrow; fix: pip install pyarrow") from None
+        raise CorpusError("reading parquet needs pyarrow; fix: pip install pyarrow") from None
+    return pq
+
+
+def _parquet_articles(pf, name: str, label: str) -> Iterator[Article]:
+    """The articles of one opened parquet file, a row group batch at a time (never the whole file)."""
+    cols = [c for c in ("id", "title", "text") if c in pf.schema_arrow.names]
+    if "text" not in cols:
+        raise CorpusError(f"{name}: parquet has no 'text' column; fix: use wikimedia/wikipedia files")
+    # one row group at a time: asked for batches across row groups, pyarrow reads them all at once
+    batches = (b for g in range(pf.num_row_groups) for b in pf.iter_batches(batch_size=256, row_groups=[g], columns=cols))
+    for batch in batches:
+        rows = batch.to_pydict()
+        for i, text in enumerate(rows["text"]):
+            title = rows["title"][i] if "title" in rows else ""
+            aid = rows["id"][i] if "id" in rows else f"{name}:{i}"
+            yield Article(str(aid), title or "", normalise_space(text or ""), label)
+
+
+def read_parquet(path: Path) -> Iterator[Article]:
+    """Hugging Face `wikimedia/wikipedia` parquet: columns id, title, text (one file or a folder)."""
+    pq = _parquet()
     files = sorted(path.glob("**/*.parquet")) if path.is_dir() else [path]
     if not files:
         raise CorpusError(f"{path}: no .parquet files in this folder; fix: point at the dataset's files")
     for file in files:
-        pf = pq.ParquetFile(file)
-        cols = [c for c in ("id", "title", "text") if c in pf.schema_arrow.names]
-        if "text" not in cols:
-            raise CorpusError(f"{file}: parquet has no 'text' column; fix: use wikimedia/wikipedia files")
-        for batch in pf.iter_batches(batch_size=1024, columns=cols):
-            rows = batch.to_pydict()
-            for i, text in enumerate(rows["text"]):
-                title = rows["title"][i] if "title" in rows else ""
-                aid = rows["id"][i] if "id" in rows else f"{file.name}:{i}"
-                yield Article(str(aid), title or "", normalise_space(text or ""), file.name)
+        yield from _parquet_articles(pq.ParquetFile(file), str(file), file.name)
+
+
+def stream_parquet(fs, files: list[str], label: str) -> Iterator[Article]:
+    """Parquet files on a filesystem (`fsspec`: the Hub's, or a local one), each read as a stream
+    of row groups through ranged reads: a 20 GB dataset starts indexing at its first row group,
+    and nothing is kept once indexed."""
+    pq = _parquet()
+    for file in files:
+        with fs.open(file, "rb", block_size=8 << 20) as f:
+            yield from _parquet_articles(pq.ParquetFile(f, pre_buffer=False), file, label)
+
+
+def hf_parquet_files(fs, name: str, config: str | None) -> list[str]:
+    """The parquet shards of a Hub dataset config: its own files (wikimedia/wikipedia keeps them as
+    CONFIG/train-*.parquet), else the Hub's parquet conversion of it."""
+    where = [f"datasets/{name}/{config}/*.parquet" if config else f"datasets/{name}/**/*.parquet",
+             f"datasets/{name}@refs%2Fconvert%2Fparquet/{config or 'default'}/train/*.parquet"]
+    for pattern in where:
+        files = sorted(fs.glob(pattern))
+        if files:
+            return files
+    raise CorpusError(f"hf:{name}:{config or ''}: no parquet files on the Hub; fix: check the dataset name and config")
 
 
 def read_hf_dataset(spec: str) -> Iterator[Article]:
-    """`hf:wikimedia/wikipedia:20231101.en`, streamed from the Hub (online only)."""
+    """`hf:wikimedia/wikipedia:20231101.en`: its parquet shards streamed from the Hub (online only)."""
     _, name, *config = spec.split(":", 2)
     try:
-        import datasets
+        from huggingface_hub import HfFileSystem
     except ImportError:
-        raise CorpusError(f"{spec}: needs the `datasets` package; fix: pip install datasets") from None
-    ds = datasets.load_dataset(name, config[0] if config else None, split="train", streaming=True)
-    for row in ds:
-        yield Article(str(row["id"]), row["title"], normalise_space(row["text"]), spec)
+        raise CorpusError(f"{spec}: needs the `huggingface_hub` package; fix: pip install huggingface_hub") from None
+    fs = HfFileSystem()
+    yield from stream_parquet(fs, hf_parquet_files(fs, name, config[0] if config else None), spec)
 
 
 def _source_filter(spec: str, query: str) -> frozenset[str] | None:

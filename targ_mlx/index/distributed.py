@@ -41,7 +41,7 @@ from targ_mlx.index.stages import (
     open_partial,
     publish,
 )
-from targ_mlx.index.lexical import build_lexical, lexical_dir, passage_rows
+from targ_mlx.index.lexical import build_lexical_from, lexical_dir
 from targ_mlx.index.chunking import ChunkParams
 from targ_mlx.index.corpus import read_corpus
 from targ_mlx.index.encoder import DEFAULT_BATCH_SIZE, DEFAULT_ENCODER, TORCH, canonical_name, load_encoder
@@ -389,6 +389,6 @@ def _finish_sharded(part: Path, out: Path, spec: dict, encoder_info: dict, start
         files={f"{SHARDS}/{n}/{f}": d for n, m in zip(names, manifests) for f, d in m["files"].items()},
         shards=[f"{SHARDS}/{n}" for n in names],
     )
-    build_lexical(passage_rows([shards / n / PASSAGES for n in names]), lexical_dir(part))
+    build_lexical_from([shards / n / PASSAGES for n in names], lexical_dir(part))
     publish(part, out, manifest)
     logger.info("built %s: %d passages in %d shards", out, counts["passages"], len(names))

@@ -22,7 +22,7 @@ from typing import Sequence
 
 import numpy as np
 
-from targ_mlx.index.lexical import LexicalIndex, top_rows
+from targ_mlx.index.lexical import LexicalIndex
 from targ_mlx.retrieval import FUSE_DEPTH, RETRIEVERS, Passage, check_k, fuse
 
 DENSE, BM25, HYBRID = RETRIEVERS
@@ -106,9 +106,8 @@ class HybridRetriever:
     @staticmethod
     def _by_cosine(retriever, lex: LexicalIndex, queries: Sequence[str], vecs: np.ndarray, depth: int):
         """A BM25-only folder's dense ranking: per query, its BM25 top `depth` by cosine (one
-        encoder call for the whole batch's passages). `_rank` scores BM25 again, query by query:
-        a corpus-long score array per query is not kept for the batch (4 MB each on a million
-        chunks), and the encoding here costs far more than the second scoring."""
+        encoder call for the whole batch's passages). `_rank` searches BM25 again, query by query:
+        the encoding here costs far more than a second search."""
         tops = [[key for key, _ in row] for row in lex.search(queries, depth)]
         keys = list(dict.fromkeys(key for top in tops for key in top))
         texts = retriever.passages(keys)
@@ -121,15 +120,15 @@ class HybridRetriever:
         """(top k, each key's BM25, the folder of each BM25-only hit) for one query; a hit only BM25
         found is a bare key (no text, cosine NaN) until `_complete` fills it in."""
         by_cosine = sorted((p for rows in dense for p in rows), key=lambda p: -p.score)[:depth]
-        scores = [lex.scores(query) for _, lex in self.parts]  # every passage's BM25, per folder
-        hits = sorted(self._bm25_hits(scores, depth if self.mode == HYBRID else k), key=lambda h: -h.bm25)[:depth]
+        hits = sorted(self._bm25_hits(query, depth if self.mode == HYBRID else k), key=lambda h: -h.bm25)[:depth]
         have = {p.key: p for p in by_cosine}
         lexical = [have.get(h.key) or Passage(h.key, "", "", float("nan")) for h in hits]
         top = fuse([by_cosine, lexical], k) if self.mode == HYBRID else lexical[:k]
         bm25 = {h.key: h.bm25 for h in hits}
-        for p in top:  # found by the dense ranking, below BM25's top: its BM25 score too
-            if p.key not in bm25:
-                bm25[p.key] = max(lex.scores_of(s, [p.key])[0] for (_, lex), s in zip(self.parts, scores))
+        below = [p.key for p in top if p.key not in bm25]  # found by the dense ranking, below BM25's top
+        if below:  # their BM25 scores too, from whichever folder holds them
+            scored = [lex.score_keys(query, below) for _, lex in self.parts]
+            bm25.update((key, max(s[i] for s in scored)) for i, key in enumerate(below))
         return top, bm25, {h.key: h.part for h in hits}
 
     def _complete(self, ranked, vecs: list[np.ndarray]) -> None:
@@ -148,10 +147,10 @@ class HybridRetriever:
                 if key in rows:
                     ranked[i][0][j] = Passage(key, *texts[key], score=float(rows[key] @ vecs[part][i]))
 
-    def _bm25_hits(self, scores: list[np.ndarray], depth: int) -> list[_Hit]:
+    def _bm25_hits(self, query: str, depth: int) -> list[_Hit]:
         """The `depth` best BM25 passages of each folder."""
-        return [_Hit(part, int(lex.keys[r]), float(s[r]))
-                for part, ((_, lex), s) in enumerate(zip(self.parts, scores)) for r in top_rows(s, depth)]
+        return [_Hit(part, key, score) for part, (_, lex) in enumerate(self.parts)
+                for key, score in lex.search([query], depth)[0]]
 
     def passages(self, keys):
         out = {}

@@ -14,7 +14,7 @@ from typing import Sequence
 from targ_mlx.index.encoder import backend_of, canonical_name, family
 from targ_mlx.index.errors import IndexError_, IndexMismatchError, IndexMissingError
 from targ_mlx.index.hybrid import BM25, DENSE, HYBRID, MODES, HybridRetriever
-from targ_mlx.index.lexical import LexicalIndex, fix_command, has_lexical
+from targ_mlx.index.lexical import fix_command, has_lexical, open_lexical
 from targ_mlx.index.retriever import open_retriever
 from targ_mlx.index.sharded import ShardedRetriever
 from targ_mlx.index.store import manifest_id, read_manifest
@@ -109,7 +109,7 @@ def open_indexes(paths: Sequence[Path | str], expansion_search: int | None = Non
     mode = retriever_mode(paths, retriever)
     opened = [open_retriever(p, expansion_search=expansion_search) for p in paths]
     if mode != DENSE:
-        parts = [(r, LexicalIndex.open(Path(p))) for r, p in zip(opened, paths)]
+        parts = [(r, open_lexical(Path(p))) for r, p in zip(opened, paths)]
         combined = opened[0].manifest_id if len(opened) == 1 else manifest_id(
             {"indexes": sorted(r.manifest_id for r in opened)})
         hybrid = HybridRetriever(parts, mode, combined)

@@ -45,10 +45,32 @@ class Target:
         return NAMED.get(self.name, self.out.name)
 
 
+# What an online name costs, said before the build starts: chunks from the dataset's article count
+# at the large corpus's ratio (994,419 chunks of 183,569 articles: 5.4 a full article, fewer for
+# Simple English's short ones, 1.1 measured there), disk and time at the rates measured on the large
+# corpus (BENCHMARKS.md, row "large BM25 index build": passages.db ~1.0 KB and the Tantivy part
+# ~0.3 KB a chunk; ~2,000 chunks/s read, chunked and indexed on 2 cores, not counting the download).
+CHUNKS = {"simplewiki": 270_000, "enwiki": 20_000_000}
+DISK_BYTES_PER_CHUNK = 1_300
+CHUNKS_PER_S = 2_000
+
+
 def offline_line(name: str) -> str:
-    return (f"/index get {name} downloads {NAMED.get(name, name)}: it needs a network and the `datasets` package "
-            "(pip install datasets); or give a local file: /index get PATH (.jsonl, .xml.bz2, .parquet, "
+    return (f"/index get {name} downloads {NAMED.get(name, name)}: it needs a network (its parquet files stream "
+            "from the Hugging Face Hub); or give a local file: /index get PATH (.jsonl, .xml.bz2, .parquet, "
             "WikiExtractor output or a folder of documents)")
+
+
+def cost_line(name: str) -> str:
+    """What building an online name will take, or "" for a local corpus (its size is not known
+    before it is read)."""
+    chunks = CHUNKS.get(name)
+    if chunks is None:
+        return ""
+    hours = chunks / CHUNKS_PER_S / 3600
+    took = f"~{hours:.0f} h" if hours >= 1.5 else f"~{max(1, round(hours * 60))} min"
+    return (f"about {chunks / 1e6:.1f}M chunks: ~{chunks * DISK_BYTES_PER_CHUNK / 1e9:.0f} GB of disk and {took} "
+            "on 2 cores plus the download; it resumes where it stopped")
 
 
 def indexes_dir() -> Path:
@@ -89,7 +111,7 @@ def target(name: str, folder: Path | None = None) -> Target:
     online = name in ONLINE_ALIASES or name.startswith("hf:")
     if online:
         spec = name
-        if importlib.util.find_spec("datasets") is None:
+        if importlib.util.find_spec("huggingface_hub") is None or importlib.util.find_spec("pyarrow") is None:
             raise CorpusError(offline_line(name))
     else:
         path, q, query = name.partition("?")

@@ -26,7 +26,7 @@ import sqlite_utils
 from targ_mlx.index.chunking import ChunkParams
 from targ_mlx.index.encoder import Encoder
 from targ_mlx.index.errors import CorpusError, IndexMismatchError
-from targ_mlx.index.lexical import build_lexical, lexical_dir, passage_rows
+from targ_mlx.index.lexical import build_lexical_from, lexical_dir
 from targ_mlx.index.resume import discard_previous, reusable_partial, set_aside
 from targ_mlx.index.reuse import VectorSource
 from targ_mlx.index.spec import countable, same_build, spec_chunks
@@ -243,7 +243,7 @@ def finish(db, part: Path, out: Path, spec: dict, encoder_info: dict, started: f
     db.vacuum()
     db.close()
     if bm25:  # from the final passages, so a build and an `add` both leave it in step; redone on resume
-        build_lexical(passage_rows([part / PASSAGES]), lexical_dir(part))
+        build_lexical_from([part / PASSAGES], lexical_dir(part))
     manifest = manifest_for(
         spec, encoder_info,
         corpora=[{"source": s, "passages": n, "articles": a} for s, n, a in sources],

@@ -110,7 +110,7 @@ async def test_index_get_again_resumes_a_stopped_build(backbone, small_index_dir
 
 
 async def test_index_get_simplewiki_offline_is_one_line(backbone, small_index_dir, log, tmp_path, monkeypatch):
-    """No `datasets` package (refused at once) or no network (the Hub forced offline here): one line
+    """No network (the Hub forced offline here): one line
     naming the problem and the fix, and the chat keeps its index."""
     monkeypatch.setenv(named.ENV_INDEXES, str(tmp_path / "indexes"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -120,7 +120,7 @@ async def test_index_get_simplewiki_offline_is_one_line(backbone, small_index_di
         await run_and_wait(app, pilot, "/index get simplewiki")
         said = [n.message for n in app._notifications if "/index get simplewiki downloads" in n.message]
         assert len(said) == 1 and "\n" not in said[0], [n.message for n in app._notifications]
-        assert ("it needs a network and the `datasets` package (pip install datasets); or give a local file: "
+        assert ("it needs a network (its parquet files stream from the Hugging Face Hub); or give a local file: "
                 "/index get PATH") in said[0]
         assert app.assistant.index.paths == (small_index_dir,)
 
