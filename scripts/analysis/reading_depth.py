@@ -11,8 +11,8 @@ k-token draft says):
   (on a dense ranking, sorted by similarity, the first D of it);
 - confirm: read the fewest passages (1, 2, 3) whose context confirms the draft, else 5.
 
-A rule that needs a depth with no records (the ratio rules need every depth from 1 to 5 the
-cell's scores ask for) is refused in one line naming the depth and the command that records it,
+A rule that needs a depth with no records (a ratio rule needs every depth its cutoff gives some
+question) is refused in one line naming the depth and the command that records it,
 never scored as depth 5; so is a ratio whose passages are not the first D of the ranking (a BM25
 or hybrid cell), which no depth's records read.
 
@@ -80,7 +80,7 @@ def evaluate(rule: str, param, by, ids, metric: str) -> tuple[np.ndarray, np.nda
     for i in ids:
         rows = {d: by[d][i] for d in by}
         d = depth_of(rule, param, rows[5], rows)
-        if d not in rows:  # scoring another depth in its place is what this script used to do, silently
+        if d not in rows:  # never another depth in its place: the figures would not be what the rule reads
             raise NoRecords(f"no records at depth {d} ({rule} {param} reads {d} passages for {i}): record them with "
                             f"`python -m targ_mlx.eval ... --reuse-records BASE --top-k {d} --output-dir DIR` "
                             "and pass DIR too")
