@@ -157,7 +157,7 @@ class Config:
     temperature: float = DEFAULT_TEMPERATURE
     top_k: int = DEFAULT_TOP_K
     context_tokens: int = DEFAULT_CONTEXT_TOKENS
-    depth_ratio: float = DEFAULT_DEPTH_RATIO  # read the top-K passages scoring >= this x the top one's (0: all)
+    depth_ratio: float = DEFAULT_DEPTH_RATIO  # read the top-K passages whose similarity is >= this x the most similar one's (0: all)
     max_tokens: int = DEFAULT_MAX_TOKENS
     index: str | None = None  # index directory; None = the package default
     db: str = field(default_factory=lambda: str(default_db_path()))  # decision log file

@@ -40,8 +40,8 @@ DEFAULT_REWRITE = "fused"
 # likely to hold the answer (`targ_mlx.selection`), in the same context budget
 READ_MODES = ("passages", "sentences")
 DEFAULT_READ = "passages"
-# Reading depth: read only the top-K passages whose similarity is at least this share of the top
-# passage's (0: all K). A small model reads one passage better than five (results/README.md,
+# Reading depth: read only the top-K passages whose similarity is at least this share of the most
+# similar one's, in the ranking's order (0: all K). A small model reads one passage better than five (results/README.md,
 # "Reading depth"); off by default until it is measured to pay for the apps' model too.
 DEFAULT_DEPTH_RATIO = 0.0
 

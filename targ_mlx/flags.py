@@ -46,7 +46,7 @@ def add_common_args(p: argparse.ArgumentParser) -> None:
                    "sentence-transformers CrossEncoder (Hub id or folder), or llm (the loaded model judges each "
                    "passage; slower); default: off")
     p.add_argument("--depth-ratio", type=float, metavar="R", help="read only the top-K passages whose similarity is "
-                   "at least R x the top one's (0 reads all K; default from config, else 0)")
+                   "at least R x the most similar one's (0 reads all K; default from config, else 0)")
 
 
 def setting_flags(args: argparse.Namespace) -> dict:

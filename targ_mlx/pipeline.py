@@ -87,9 +87,10 @@ def pack_found(bb: Backbone, question: str, found: Sequence[Passage], s: Any, pr
     found = rerank.rerank(judge, judged_query or question, found)
     packed = pack(bb, question, found[: s.top_k], s, prefix_tokens, history)
     if getattr(s, "read", "passages") != "sentences":
-        depth = selection.read_depth([p.score for p in found[: s.top_k]], getattr(s, "depth_ratio", 0.0))
-        if depth < len(found[: s.top_k]):  # the others scored below depth_ratio x the top one: not read
-            packed = replace(packed, read=pack(bb, question, found[:depth], s, prefix_tokens, history))
+        top = found[: s.top_k]
+        keep = selection.read_among([p.score for p in top], getattr(s, "depth_ratio", 0.0))
+        if len(keep) < len(top):  # the others scored below depth_ratio x the best one: not read
+            packed = replace(packed, read=pack(bb, question, [top[i] for i in keep], s, prefix_tokens, history))
         return packed
     budget = packed_budget(bb, question, s, prefix_tokens, history)
     count = lambda text: len(bb.tokenizer.encode(text))  # noqa: E731

@@ -101,7 +101,7 @@ def _depth_why(packed, s: Any) -> str:
     if getattr(s, "read", "passages") != "passages" or packed.read is None:
         return ""
     n, of = len(packed.read.passages), len(packed.passages)
-    return f"; read {n} of {of} passages (the rest below {s.depth_ratio:g} x the top one's similarity)" if n < of else ""
+    return f"; read {n} of {of} passages (the rest below {s.depth_ratio:g} x the best one's similarity)" if n < of else ""
 
 
 def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] | None, question: str, s: Any, *,

@@ -181,14 +181,17 @@ def support(question: str, passages: Sequence[tuple[str, str]]) -> float:
     return best / len(asked)
 
 
-def read_depth(scores: Sequence[float], ratio: float) -> int:
-    """How many of the top passages to read: those scoring at least `ratio` x the first one's
-    (at least 1; all of them for ratio 0 or a first score <= 0, where a share means nothing)."""
+def read_among(scores: Sequence[float], ratio: float) -> list[int]:
+    """Which of the passages to read (their places in `scores`' order, kept): those scoring at
+    least `ratio` x the best score among them, wherever it ranks, since a hybrid or BM25 ranking is
+    not sorted by similarity. All of them for ratio 0 or a best score <= 0, where a share means
+    nothing; otherwise at least the best one."""
     if not scores:
-        return 0
-    if ratio <= 0 or scores[0] <= 0:
-        return len(scores)
-    return max(1, sum(s >= ratio * scores[0] for s in scores))
+        return []
+    best = max(scores)
+    if ratio <= 0 or best <= 0:
+        return list(range(len(scores)))
+    return [i for i, s in enumerate(scores) if s >= ratio * best]
 
 
 def _runs(keep: set[int]) -> int:

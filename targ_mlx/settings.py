@@ -55,7 +55,7 @@ class Settings:
     rewrite: str = DEFAULT_REWRITE  # how a follow-up becomes a standalone search query
     read: str = DEFAULT_READ  # what reading reads: the top-K passages, or the selected sentences of the top 20
     rerank: str = ""  # re-order the search's top 20 before reading: "" off, "llm", or a CrossEncoder name/path
-    depth_ratio: float = DEFAULT_DEPTH_RATIO  # read the top-K passages scoring >= this x the top one's (0: all)
+    depth_ratio: float = DEFAULT_DEPTH_RATIO  # read the top-K passages whose similarity is >= this x the most similar one's (0: all)
     # the evidence gate's calibration for this model (`Config.evidence_calibration`) and what it is:
     # "shipped", "default (pooled)", "user, 300 questions, <date>"; None: the shipped one for the model
     calibration: Mapping | None = field(default=None, compare=False, repr=False)

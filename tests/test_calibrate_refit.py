@@ -6,13 +6,16 @@ real decision log.
 """
 
 import json
+from dataclasses import replace
 
 import httpx
+import numpy as np
 import pytest
 
 from targ_mlx.assistant import Assistant, Settings
 from targ_mlx.calibrate import main as calibrate
 from targ_mlx.config import load_config
+from targ_mlx.evidence_refit import logged_rows, u_evi
 from targ_mlx.log.decisions import DecisionLog
 from targ_mlx.index import open_retriever
 from targ_mlx.server.app import make_app
@@ -21,25 +24,60 @@ from tests.test_server import MODEL, Served  # the loopback uvicorn fixture of t
 
 pytestmark = pytest.mark.slow
 N = 6
+OTHER, N_OTHER = "qwen2.5-coder-1.5b", 4  # a second model's key in the same log, and its labelled decisions
 
 
 def _feedback(url, body):
     return httpx.post(f"{url}/v1/feedback", json=body, timeout=30)
 
 
-def test_feedback_over_http_refits_the_calibration_and_moves_tau(backbone, small_index_dir, small_index_questions,
-                                                                 tmp_path, capsys):
-    db = tmp_path / "serve.db"
+def u_shift(db, model: str, before: dict, after: dict) -> np.ndarray:
+    """Per labelled decision of `model` in `db`: its U_evi under the calibration `after` minus under
+    `before` (> 0: the refitted gate rates reading likelier to help there)."""
+    cfg = load_config()
     with DecisionLog(db) as log:
-        assistant = Assistant(backbone, open_retriever(small_index_dir), Settings(gate="evidence", max_tokens=4),
+        rows = [r for r in logged_rows(log, model, cfg.k, cfg.beta) if r.label is not None]
+    assert rows
+    return u_evi(after, rows) - u_evi(before, rows)
+
+
+def helps(read: bool) -> str:
+    """The label saying reading would have helped: a read answer was right, a memory answer wrong."""
+    return "correct" if read else "wrong"
+
+
+def hurts(read: bool) -> str:
+    """The opposite: reading did not help (a read answer wrong), memory was enough (a memory answer right)."""
+    return "wrong" if read else "correct"
+
+
+def _tau_line(out: str) -> tuple[float, float]:
+    """(tau after the refit, tau of the old calibration on the same rows) from the refit's report."""
+    line = next(line for line in out.splitlines() if line.strip().startswith("tau "))
+    return float(line.split("-> ")[1].split(",")[0]), float(line.split("tau ")[-1].rstrip(")"))
+
+
+def test_feedback_over_http_refits_the_labelled_models_calibration_in_the_labels_direction(
+        backbone, small_index_dir, small_index_questions, tmp_path, capsys):
+    """Labels saying reading would have helped raise U_evi on the labelled questions, the opposite
+    labels lower it, and labels logged for one model reach that model's fit only."""
+    db = tmp_path / "serve.db"
+    # the same small model logged under the 1.5B's key too, so the log holds two models' decisions
+    # without loading the 1.5B
+    other = replace(backbone, model_id=OTHER)
+    with DecisionLog(db) as log:
+        retriever = open_retriever(small_index_dir)
+        assistant = Assistant(backbone, retriever, Settings(gate="evidence", max_tokens=4),
                               log=log, source="ask", session="serve-test")
         with Served(make_app(assistant, MODEL)) as s:
-            ids = []
+            read = {}
             for q in small_index_questions[:N]:
                 r = httpx.post(f"{s.url}/v1/chat/completions", timeout=120,
                                json={"model": MODEL, "messages": [{"role": "user", "content": q["question"]}]})
                 assert r.status_code == 200
-                ids.append(r.json()["targ"]["decision_id"])
+                read[r.json()["targ"]["decision_id"]] = r.json()["targ"]["decision"]["read"]
+            assert set(read.values()) == {True, False}  # both branches labelled: both kinds of fit move
+            ids = list(read)
             # bad input: one line, 4xx, nothing written
             for body, status in (({"decision_id": "1", "label": "wrong"}, 400), ({"decision_id": ids[0], "label": "meh"}, 400),
                                  ({"decision_id": 10_000, "label": "wrong"}, 404), ({"label": "wrong"}, 400)):
@@ -48,26 +86,41 @@ def test_feedback_over_http_refits_the_calibration_and_moves_tau(backbone, small
             r = httpx.post(f"{s.url}/v1/feedback", content=b"not json", timeout=30)
             assert r.status_code == 400
             assert log._query("SELECT count(*) AS n FROM feedback")[0]["n"] == 0
-            for i in ids:  # every answer marked wrong: a read that did not help, a memory answer that was wrong
-                r = _feedback(s.url, {"decision_id": i, "label": "wrong"})
-                assert r.status_code == 200 and r.json()["label"] == "wrong"
+            for i, was_read in read.items():
+                r = _feedback(s.url, {"decision_id": i, "label": helps(was_read)})
+                assert r.status_code == 200 and r.json()["label"] == helps(was_read)
+        theirs = Assistant(other, retriever, Settings(gate="evidence", max_tokens=4), log=log, source="ask")
+        for q in small_index_questions[N:N + N_OTHER]:
+            ans = theirs.answer(q["question"])
+            log.feedback(log._query("SELECT max(id) AS id FROM decisions")[0]["id"], hurts(ans.retrieved))
     before = load_config()
-    assert before.evidence_calibration(MODEL)[1] == "shipped"
+    mine, shipped_other = before.evidence_calibration(MODEL), before.evidence_calibration(OTHER)
+    assert mine[1] == "shipped" and shipped_other[1] == "shipped"
     args = ["refit", "--model", MODEL, "--db", str(db), "--prior", "10"]
-    assert calibrate([*args, "--min-labels", str(N + 1)]) == 2
-    assert f"{N} labelled decisions" in capsys.readouterr().err
+    assert calibrate([*args, "--min-labels", str(N + 1)]) == 2  # the other model's labels are not this one's
+    assert f"{N} labelled decisions of {MODEL}" in capsys.readouterr().err
     assert calibrate([*args, "--min-labels", str(N), "--write"]) == 0
     out = capsys.readouterr().out
     assert f"from {N} labelled decisions" in out
-    moved = [float(line.split("at most ")[1].split(" points")[0]) for line in out.splitlines() if "moved by" in line]
-    assert max(moved) > 0
-    tau_line = next(line for line in out.splitlines() if line.strip().startswith("tau "))
-    after, unlabelled = float(tau_line.split("-> ")[1].split(",")[0]), float(tau_line.split("tau ")[-1].rstrip(")"))
+    after, unlabelled = _tau_line(out)
     assert after != unlabelled  # the labels, not the rows, moved it
     cfg = load_config()
-    assert cfg.tau_for(MODEL, "evidence") == pytest.approx(after, abs=1e-6)
-    assert cfg.tau_for(MODEL, "evidence") != before.tau_for(MODEL, "evidence")
+    assert cfg.tau_for(MODEL, "evidence") == pytest.approx(after, abs=1e-6) != before.tau_for(MODEL, "evidence")
     assert cfg.evidence_calibration(MODEL)[1].startswith(f"user, 1500 questions, {N} labels, ")
+    shift = u_shift(db, MODEL, mine[0], cfg.evidence_calibration(MODEL)[0])
+    assert shift.min() >= -1e-9 and shift.max() > 0.01, shift  # reading would have helped: U_evi up
+    # the other model's tau and calibration are untouched by this model's labels
+    assert cfg.tau_for(OTHER, "evidence") == before.tau_for(OTHER, "evidence")
+    assert cfg.evidence_calibration(OTHER) == shipped_other
+    # its own, opposite labels move its fit the other way and leave this model's alone
+    assert calibrate(["refit", "--model", OTHER, "--db", str(db), "--prior", "10", "--min-labels", str(N_OTHER),
+                      "--write"]) == 0
+    assert f"from {N_OTHER} labelled decisions" in capsys.readouterr().out
+    cfg2 = load_config()
+    shift = u_shift(db, OTHER, shipped_other[0], cfg2.evidence_calibration(OTHER)[0])
+    assert shift.max() <= 1e-9 and shift.min() < -0.01, shift  # reading did not help: U_evi down
+    assert cfg2.tau_for(MODEL, "evidence") == cfg.tau_for(MODEL, "evidence")
+    assert cfg2.evidence_calibration(MODEL) == cfg.evidence_calibration(MODEL)
 
 
 def test_targ_label_labels_an_answer_of_targ_ask(small_index_dir, small_index_questions, tmp_path, capsys):

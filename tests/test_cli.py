@@ -1,6 +1,7 @@
 """`python -m targ_mlx ask` in-process on the real model, plus help, errors and import hygiene."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -213,3 +214,47 @@ def test_ask_refuses_an_index_folder_name_that_is_not_utf8(tmp_path):
                        capture_output=True, cwd=Path(__file__).resolve().parents[1], timeout=120)
     err = r.stderr.decode()
     assert r.returncode == 2 and err.startswith("error: --index 'notes-\\udcff' holds U+DCFF") and err.count("\n") == 1
+
+
+# What `targ ask` prints on stderr after the answer (cli.ask): gate, U, the comparison with tau, where
+# the answer came from and the seconds per stage.
+DECISION_LINE = re.compile(
+    r"\[(?P<gate>\w+) U=(?P<u>\d+\.\d{3}|-) (?P<op><=|>) tau=(?P<tau>\d+\.\d{3}|-): "
+    r"(?P<where>answered from memory|read \d+ passages); \d+\.\d{2}s \((?:opening the index \d+\.\d{2}, )?"
+    r"draft \d+\.\d{2}, search \d+\.\d{2}, generation \d+\.\d{2}\)\]")
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _documented_decision_lines(path: Path) -> list[str]:
+    """The decision lines of `targ ask` output shown in `path`'s code blocks."""
+    out, inside = [], False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            inside = not inside
+        elif inside and re.match(r"\[\w+ U=", line):
+            out.append(line)
+    return out
+
+
+def test_the_documented_targ_ask_output_has_its_format_and_the_shipped_tau(capsys, small_index_dir,
+                                                                          small_index_questions):
+    """README's and docs/ask.md's examples (the default model, gate and index) print the tau that
+    ships for that model and gate, in the line's format as `targ ask` prints it today."""
+    from targ_mlx.config import Config
+    from targ_mlx.defaults import DEFAULT_GATE, DEFAULT_MODEL
+
+    q = small_index_questions[0]["question"]
+    assert main(["ask", q, "--index", str(small_index_dir), "--no-log", "--max-tokens", "8"]) == 0
+    printed = capsys.readouterr().err.splitlines()
+    at = next(i for i, line in enumerate(printed) if line.startswith("["))  # after the hint a weak search prints
+    assert DECISION_LINE.fullmatch(printed[at]) and printed[at + 1].startswith("  why: "), printed  # the pattern is today's
+    shipped = f"{Config().tau_for(DEFAULT_MODEL, DEFAULT_GATE):.3f}"
+    for doc in (REPO / "README.md", REPO / "docs" / "ask.md"):
+        lines = _documented_decision_lines(doc)
+        assert lines, doc
+        for line in lines:
+            m = DECISION_LINE.fullmatch(line)
+            assert m, f"{doc.name}: {line}"
+            assert m["gate"] == DEFAULT_GATE and m["tau"] == shipped, f"{doc.name}: {line} (shipped tau {shipped})"
+            read = m["op"] == ">"
+            assert read == (float(m["u"]) > float(m["tau"])) == m["where"].startswith("read"), f"{doc.name}: {line}"

@@ -6,7 +6,7 @@ from targ_mlx import pipeline
 from targ_mlx.assistant import Assistant
 from targ_mlx.eval.datasets import QAItem
 from targ_mlx.eval.record import RecordSettings, record_batch
-from targ_mlx.index import open_retriever
+from targ_mlx.index import open_indexes, open_retriever
 from targ_mlx.settings import Settings
 
 
@@ -69,21 +69,48 @@ def test_a_draft_is_confirmed_where_the_context_says_its_claim_words_before_eos(
     assert not pipeline.confirms(tok, [eos], context, q)
 
 
-def test_reading_depth_reads_only_the_passages_close_to_the_top_one(assistant_factory, small_index_dir,
-                                                                    small_index_questions):
-    """--depth-ratio R: the answer reads the top-K passages scoring at least R x the first one's,
-    says so in its reason, and the gate still sees all K (found); R = 0 reads all K."""
-    from targ_mlx.selection import read_depth
+def test_the_read_passages_are_those_close_to_the_most_similar_one_in_the_ranking_order():
+    from targ_mlx.selection import read_among
 
-    assert read_depth([0.70, 0.69, 0.50], 0.98) == 2 and read_depth([0.70, 0.69, 0.50], 0.0) == 3
-    assert read_depth([0.70, 0.40], 0.99) == 1 and read_depth([-0.1, 0.2], 0.9) == 2 and read_depth([], 0.9) == 0
-    retriever = open_retriever(small_index_dir)
-    q = small_index_questions[0]["question"]
-    full = assistant_factory(retriever=retriever, gate="always", max_tokens=1).answer(q)
-    cut = assistant_factory(retriever=retriever, gate="always", max_tokens=1, depth_ratio=0.999).answer(q)
-    expected = read_depth([p.score for p in full.found], 0.999)
-    assert len(full.passages) == len(full.found) == 5 and expected < 5
-    assert [p.key for p in cut.passages] == [p.key for p in full.found[:expected]]
+    assert read_among([0.70, 0.69, 0.50], 0.98) == [0, 1] and read_among([0.70, 0.69, 0.50], 0.0) == [0, 1, 2]
+    assert read_among([0.70, 0.40], 0.99) == [0] and read_among([-0.1, 0.2], 0.9) == [1] and read_among([], 0.9) == []
+    assert read_among([-0.3, -0.1], 0.9) == [0, 1]  # no positive similarity: a share means nothing, all read
+    # the best passage ranked below others (BM25, hybrid): read by its similarity, in the ranking's order
+    assert read_among([0.60, 0.70, 0.50, 0.69], 0.98) == [1, 3]
+
+
+def test_reading_depth_reads_only_the_passages_close_to_the_most_similar_one(assistant_factory, small_index_dir,
+                                                                             small_index_questions):
+    """--depth-ratio R: the answer reads the top-K passages whose similarity is at least R x the
+    best similarity among them, in the ranking's order, says so truly in its reason, and the gate
+    still sees all K (found); R = 0 reads all K. On a BM25 ranking (not sorted by similarity) that
+    is not the first few of the ranking."""
+    bm25 = open_indexes([small_index_dir], retriever="bm25")
+    q, ratio = _unsorted_ranking_and_ratio(bm25, [x["question"] for x in small_index_questions])
+    full = assistant_factory(retriever=bm25, gate="always", max_tokens=1).answer(q)
+    cut = assistant_factory(retriever=bm25, gate="always", max_tokens=1, depth_ratio=ratio).answer(q)
+    best = max(p.score for p in full.found)
+    expected = [p.key for p in full.found if p.score >= ratio * best]
+    assert len(full.passages) == len(full.found) == 5 and 0 < len(expected) < 5
+    assert expected != [p.key for p in full.found[: len(expected)]]  # not a prefix of the ranking
+    assert [p.key for p in cut.passages] == expected
     assert [p.key for p in cut.found] == [p.key for p in full.found]  # what the gate looked at is unchanged
-    assert f"read {expected} of 5 passages" in cut.reason and "of 5 passages" not in full.reason
+    # the reason is true: every passage left out is below R x the best similarity
+    assert all(p.score < ratio * best for p in cut.found if p.key not in expected)
+    assert (f"read {len(expected)} of 5 passages (the rest below {ratio:g} x the best one's similarity)" in cut.reason
+            and "of 5 passages" not in full.reason)
     assert cut.tokens.context < full.tokens.context
+
+
+def _unsorted_ranking_and_ratio(retriever, questions: list[str]) -> tuple[str, float]:
+    """The first question whose top 5 (by `retriever`) has a similarity cut that is not a prefix of
+    its ranking, and a ratio R midway in that cut."""
+    for q in questions:
+        scores = [p.score for p in retriever.search(q, 5)]
+        best = max(scores)
+        desc = sorted(set(scores), reverse=True)
+        for hi, lo in zip(desc, desc[1:]):
+            keep = [s >= hi for s in scores]
+            if best > 0 and lo > 0 and keep != sorted(keep, reverse=True):  # some kept passage ranks below a dropped one
+                return q, round((hi + lo) / 2 / best, 6)
+    raise AssertionError("no question's BM25 ranking of the small index is out of similarity order")

@@ -7,28 +7,36 @@ known before reading (the search's scores and whether a depth's context already 
 k-token draft says):
 
 - fixed D: always read D passages;
-- ratio R: read the passages scoring at least R x the top passage's score;
+- ratio R: what `--depth-ratio R` reads, the passages scoring at least R x the best one's score
+  (on a dense ranking, sorted by similarity, the first D of it);
 - confirm: read the fewest passages (1, 2, 3) whose context confirms the draft, else 5.
+
+A rule that needs a depth with no records (a ratio rule needs every depth its cutoff gives some
+question) is refused in one line naming the depth and the command that records it,
+never scored as depth 5; so is a ratio whose passages are not the first D of the ranking (a BM25
+or hybrid cell), which no depth's records read.
 
 Each rule's parameter is chosen on the cell's dev half (the eval's seeded split): the fewest mean
 context tokens at a dev accuracy not below fixed 5's; it is then reported on the test half, paired
 against fixed 5 (accuracy difference with a bootstrap 95% CI, mean context tokens).
 
-    python scripts/analysis/reading_depth.py results/smollm2-135m/clean/nq_open runs/depth/clean-d{1,2,3}
+    python scripts/analysis/reading_depth.py results/smollm2-135m/clean/nq_open runs/depth/clean-d{1,2,3,4}
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
 
 from targ_mlx.eval.run import read_jsonl
 from targ_mlx.eval.sweep import paired_ci, split, split_pool
+from targ_mlx.selection import read_among
 
-DEPTHS = (1, 2, 3, 5)
+DEPTHS = (1, 2, 3, 4, 5)
 RATIOS = (0.5, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98)
 K = "20"  # the draft length the confirmation reads (the eval's headline k)
 
@@ -43,14 +51,21 @@ def load(base: Path, others: list[Path]) -> tuple[dict[int, dict], list[str], di
     return by, ids, json.loads((base / "config.json").read_text())
 
 
+class NoRecords(ValueError):
+    """A rule asks for passages no given records read."""
+
+
 def depth_of(rule: str, param: float | None, r5: dict, rows: dict[int, dict]) -> int:
     if rule == "fixed":
         return int(param)
     if rule == "ratio":
         scores = [p[2] for p in r5["always"]["passages"]]
-        if not scores or scores[0] <= 0:
-            return 5
-        return max(1, sum(s >= param * scores[0] for s in scores))
+        keep = read_among(scores, param)
+        if keep != list(range(len(keep))):
+            raise NoRecords(f"--depth-ratio {param} reads passages {keep} of {r5['id']}'s ranking, not its first "
+                            f"{len(keep)}: no depth's records read them (a ranking not sorted by similarity); "
+                            "measure it on a dense cell")
+        return len(keep) or 5
     if rule == "confirm":
         for d in (1, 2, 3):
             if d in rows and rows[d]["always"]["confirms"].get(K):
@@ -65,7 +80,10 @@ def evaluate(rule: str, param, by, ids, metric: str) -> tuple[np.ndarray, np.nda
     for i in ids:
         rows = {d: by[d][i] for d in by}
         d = depth_of(rule, param, rows[5], rows)
-        d = d if d in rows else 5
+        if d not in rows:  # never another depth in its place: the figures would not be what the rule reads
+            raise NoRecords(f"no records at depth {d} ({rule} {param} reads {d} passages for {i}): record them with "
+                            f"`python -m targ_mlx.eval ... --reuse-records BASE --top-k {d} --output-dir DIR` "
+                            "and pass DIR too")
         acc.append(rows[d]["always"][metric])
         tok.append(rows[d]["always"]["tok_ctx"])
         dep.append(d)
@@ -80,6 +98,14 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, help="write the figures here too")
     args = p.parse_args(argv)
+    try:
+        return report(args)
+    except NoRecords as e:
+        print(f"reading_depth.py: {e}", file=sys.stderr)
+        return 2
+
+
+def report(args: argparse.Namespace) -> int:
     by, ids, cfg = load(args.base, args.depths)
     dev, test = split(len(ids), args.seed, pool=split_pool(cfg))
     dev_ids, test_ids = [ids[i] for i in dev], [ids[i] for i in test]

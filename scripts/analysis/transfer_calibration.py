@@ -6,6 +6,8 @@ model's, and the pooled "default" (what every other model gets; it was fitted on
 halves, this one's included). Each is then judged exactly as the report judges the shipped gate
 (`eval.analysis.verdict`: the reading budget chosen on the dev half, tau by the budget rule, the
 test half scored): evidence − random at its reading rate, paired bootstrap 95% CI, accuracy points.
+Two own − other columns: the gated accuracy's difference, and evidence − random's (the own fit's
+minus the other model's); the count of cells where the latter is within 0.5 points closes the run.
 
     PYTHONPATH=. python scripts/analysis/transfer_calibration.py [--boot 1000] [--no-fit-tau 0.05]
 """
@@ -76,11 +78,13 @@ def main(argv: list[str] | None = None) -> int:
     keys = ("own", "other", "default") + (("new",) if args.no_fit_tau is not None else ())
     shipped = calibrations()
     head = ("| model · corpus · dataset | test n | own: evidence − random (reading rate) | other model's | "
-            "pooled default | own − other (accuracy) | at each fit's shipped τ: own | other's | pooled's |"
+            "pooled default | own − other (accuracy) | own − other (evidence − random) | "
+            "at each fit's shipped τ: own | other's | pooled's |"
             + (f" pooled at τ {args.no_fit_tau:g} |" if args.no_fit_tau is not None else ""))
     print(head)
     print("|---" * (head.count("|") - 1) + "|")
     sums = {m: {k: [] for k in keys + tuple("fixed_" + k for k in keys)} for m in MODELS}
+    transfer_gaps = []  # own − other of evidence − random, per cell, points
     for model, label in MODELS.items():
         other = next(m for m in MODELS if m != model)
         cals = {"own": shipped[model], "other": shipped[other], "default": shipped[DEFAULT_KEY]}
@@ -97,9 +101,10 @@ def main(argv: list[str] | None = None) -> int:
                     sums[model][key].append(v[key].vs_random[0])
                     sums[model]["fixed_" + key].append(both[key][1][1][0])
                 gap = 100 * (v["own"].gate - v["other"].gate)
+                transfer_gaps.append(100 * (v["own"].vs_random[0] - v["other"].vs_random[0]))
                 cols = [f"{_ci(v[key].vs_random)} ({v[key].rate:.2f})" for key in ("own", "other", "default")]
                 fixed = [f"{_ci(both[key][1][1])} ({both[key][1][0]:.2f})" for key in keys]
-                print(f"| {label} · {corpus} · {dname} | {v['own'].n} | {' | '.join(cols)} | {gap:+.1f} | "
+                print(f"| {label} · {corpus} · {dname} | {v['own'].n} | {' | '.join(cols)} | {gap:+.1f} | {transfer_gaps[-1]:+.2f} | "
                       f"{' | '.join(fixed)} |")
                 sys.stdout.flush()
     for model, label in MODELS.items():
@@ -109,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
               f"shipped tau: own {means['fixed_own']:+.2f}, other's {means['fixed_other']:+.2f}, "
               f"pooled's {means['fixed_default']:+.2f}"
               + (f", pooled at tau {args.no_fit_tau:g} {means['fixed_new']:+.2f}" if "new" in keys else ""))
+    near = sum(abs(g) <= 0.5 for g in transfer_gaps)
+    print(f"\nevidence − random under the other model's fit is within 0.5 points of the own fit's in {near} of "
+          f"{len(transfer_gaps)} cells")
     return 0
 
 

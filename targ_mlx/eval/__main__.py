@@ -51,7 +51,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
                    help=f"what the Always branch reads: the top-K passages (default {DEFAULT_READ}), or the selected "
                         "sentences of the search's top 20 in the same budget (records' always.read, always.read_hit)")
     p.add_argument("--depth-ratio", type=float, default=0.0, metavar="R",
-                   help="Always reads the top-K passages scoring >= R x the top one's (default 0: all K)")
+                   help="Always reads the top-K passages whose similarity is >= R x the most similar one's (default 0: all K)")
     p.add_argument("--rerank", default="", metavar="NAME|PATH|llm",
                    help="re-order the search's top 20 before packing: a CrossEncoder or llm (default: off)")
     p.add_argument("--context-tokens", type=int, default=DEFAULT_CONTEXT_TOKENS,

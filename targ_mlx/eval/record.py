@@ -57,7 +57,7 @@ class RecordSettings:
     baselines: bool = True
     read: str = DEFAULT_READ  # what the Always branch reads: the top-K passages, or the selected sentences
     rerank: str = ""  # re-order the top 20 before packing ("" off, "llm", a CrossEncoder): `targ_mlx.rerank`
-    depth_ratio: float = 0.0  # Always reads the top-K passages scoring >= this x the top one's (0: all K)
+    depth_ratio: float = 0.0  # Always reads the top-K passages whose similarity is >= this x the most similar one's (0: all K)
 
 
 @dataclass
