@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from sqlite_utils import Database
 
-from targ_mlx.calibrate import main as calibrate_main
-from targ_mlx.calibrate import parse_since
+from targ_mlx.calibration.cli import main as calibrate_main
+from targ_mlx.calibration.cli import parse_since
 
 
 def main(argv):

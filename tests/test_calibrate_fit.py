@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from targ_mlx.calibrate import main
+from targ_mlx.calibration.cli import main
 from targ_mlx.config import default_config_path, load_config
 from targ_mlx.eval.record import record_signals
-from targ_mlx.evidence_fit import read_cell
+from targ_mlx.calibration.evidence import read_cell
 from targ_mlx.gates import GateParams, get
 from targ_mlx.gates.evidence import HIDE_ENV, calibrations
 

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from targ_mlx.assistant import Assistant, Settings
-from targ_mlx.calibrate import main as calibrate
+from targ_mlx.calibration.cli import main as calibrate
 from targ_mlx.config import load_config
-from targ_mlx.evidence_refit import logged_rows, u_evi
+from targ_mlx.calibration.refit import logged_rows, u_evi
 from targ_mlx.log.decisions import DecisionLog
 from targ_mlx.index import open_retriever
 from targ_mlx.server.app import make_app

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from targ_mlx.calibration import (
+from targ_mlx.calibration.thresholds import (
     accuracy_threshold,
     budget_threshold,
     gated_accuracy,
@@ -150,7 +150,7 @@ def test_text_histogram_handles_constant_scores():
 def test_isotonic_gives_tied_x_one_value():
     """Tied x values are one point of their mean y: a discrete signal's last tie (here x = 1.0, whose
     questions are right 1 time in 3) does not leave its last row as a knot of its own at y = 1."""
-    from targ_mlx.calibration import isotonic
+    from targ_mlx.calibration.thresholds import isotonic
 
     kx, ky = isotonic([0.2, 0.5, 1.0, 1.0, 1.0], [0, 0, 0, 0, 1])
     assert kx == pytest.approx([0.35, 1.0]) and ky == pytest.approx([0, 1 / 3])  # (equal means pool too)

@@ -86,7 +86,7 @@ def test_module_entry_point_help():
 
 def test_every_entry_point_reports_errors_alike(tmp_path, capsys):
     """One handler (`errors.run_main`): one `error: ...` line and the same exit code everywhere."""
-    from targ_mlx.calibrate import main as calibrate
+    from targ_mlx.calibration.cli import main as calibrate
     from targ_mlx.errors import EXIT_ERROR
     from targ_mlx.eval.__main__ import main as evaluate
     from targ_mlx.index.__main__ import main as index

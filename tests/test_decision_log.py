@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from sqlite_utils import Database
 
-from targ_mlx.log.calibration_rows import score_rows
+from targ_mlx.calibration.rows import score_rows
 from targ_mlx.log.decisions import (
     SCHEMA_VERSION,
     DecisionLog,

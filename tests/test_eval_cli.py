@@ -65,7 +65,7 @@ def test_eval_resumes_and_logs_decisions(tmp_path, small_index_dir):
     text = (out / "summary.md").read_text()
     assert "| Never |" in text and "Margin" in text and "Verdict" in text
 
-    from targ_mlx.log.calibration_rows import score_rows
+    from targ_mlx.calibration.rows import score_rows
     from targ_mlx.log.decisions import DecisionLog
 
     log = DecisionLog(str(db))

@@ -75,7 +75,7 @@ def test_auroc_is_nan_without_both_classes_and_ci_brackets_estimate():
 
 
 def test_eval_budget_tau_is_the_calibrate_rule():
-    from targ_mlx.calibration import budget_threshold
+    from targ_mlx.calibration.thresholds import budget_threshold
 
     u = np.array([0.1, 0.2, 0.2, 0.2, 0.5, 0.7, 0.7, 0.9])
     for rho in (0.05, 0.1, 0.3, 0.5):

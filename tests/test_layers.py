@@ -8,8 +8,9 @@ import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-ENTRY_POINTS = {"targ_mlx.cli", "targ_mlx.calibrate", "targ_mlx.__main__", "targ_mlx.eval.__main__",
-                "targ_mlx.index.__main__", "targ_mlx.runtime.native.__main__", "targ_mlx.server.__main__", "tui.__main__"}
+ENTRY_POINTS = {"targ_mlx.cli", "targ_mlx.calibration.cli", "targ_mlx.calibration.__main__", "targ_mlx.__main__",
+                "targ_mlx.eval.__main__", "targ_mlx.index.__main__", "targ_mlx.runtime.native.__main__",
+                "targ_mlx.server.__main__", "tui.__main__"}
 CONSOLE_SCRIPT_HOLDERS = {"targ_mlx.eval"}  # its __init__ holds `targ-eval`, a lazy call of __main__
 
 
@@ -110,13 +111,14 @@ LAYERS = (
     ("targ_mlx.settings", "targ_mlx.log.transcript", "targ_mlx.runtime.sampling", "targ_mlx.runtime.engine"),
     ("targ_mlx.flags",),
     ("targ_mlx.log.decisions", "targ_mlx.runtime.backbone"),
-    ("targ_mlx.runtime.draft", "targ_mlx.runtime.batch", "targ_mlx.log.calibration_rows", "targ_mlx.conversation",
-     "targ_mlx.evidence_refit", "targ_mlx.rerank"),
+    ("targ_mlx.runtime.draft", "targ_mlx.runtime.batch", "targ_mlx.calibration.rows", "targ_mlx.conversation",
+     "targ_mlx.calibration.refit", "targ_mlx.rerank"),
     ("targ_mlx.pipeline",),
     ("targ_mlx.runner",),
     ("targ_mlx.session",),
-    ("targ_mlx.assistant", "targ_mlx.eval", "targ_mlx.server", "targ_mlx.evidence_fit"),
-    ("targ_mlx.cli", "targ_mlx.calibrate", "targ_mlx.calibrate_fit", "targ_mlx.__main__", "targ_mlx.eval.__main__", "targ_mlx.index.__main__",
+    ("targ_mlx.assistant", "targ_mlx.eval", "targ_mlx.server", "targ_mlx.calibration.evidence"),
+    ("targ_mlx.cli", "targ_mlx.calibration.cli", "targ_mlx.calibration.fit", "targ_mlx.calibration.__main__",
+     "targ_mlx.__main__", "targ_mlx.eval.__main__", "targ_mlx.index.__main__",
      "targ_mlx.runtime.native.__main__", "targ_mlx.server.__main__", "tui"),
 )
 

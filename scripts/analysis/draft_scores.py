@@ -6,7 +6,7 @@ scores, and tau above any U so nothing is retrieved and only the k-token draft i
 a decision log; `targ-calibrate --budget RHO` then gives tau per gate:
 
     python scripts/analysis/draft_scores.py --n 200 --db runs/draft-scores.db
-    python -m targ_mlx.calibrate --db runs/draft-scores.db --gate margin --budget 0.3
+    python -m targ_mlx.calibration --db runs/draft-scores.db --gate margin --budget 0.3
 """
 
 from __future__ import annotations

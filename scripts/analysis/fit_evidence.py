@@ -1,6 +1,6 @@
 """Refit the shipped `targ_mlx/gates/evidence_calibration.json` from committed eval records.
 
-The fitting is `targ_mlx.evidence_fit` (what `targ-calibrate fit` runs for a user's model); this
+The fitting is `targ_mlx.calibration.evidence` (what `targ-calibrate fit` runs for a user's model); this
 script fits each model on the dev halves of its cells (their test halves stay for the report) and
 a "default" pooled over every model, for models with no fit of their own:
 
@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from targ_mlx.defaults import DEFAULT_BETA, DEFAULT_K
-from targ_mlx.evidence_fit import DEFAULT_RATE, METRIC, cell_rows, fit, pool, split_note
+from targ_mlx.calibration.evidence import DEFAULT_RATE, METRIC, cell_rows, fit, pool, split_note
 
 OUT = Path(__file__).resolve().parents[2] / "targ_mlx" / "gates" / "evidence_calibration.json"
 DATASETS = ("nq_open", "popqa", "triviaqa")  # MuSiQue: every method at <= 0.4%, nothing to fit

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from targ_mlx.calibration import budget_threshold, isotonic
+from targ_mlx.calibration.thresholds import budget_threshold, isotonic
 from targ_mlx.eval import controls as ctl
 from targ_mlx.eval.run import read_jsonl
 from targ_mlx.eval.sweep import BUDGETS, split, split_pool

@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from targ_mlx.calibration import budget_threshold
+from targ_mlx.calibration.thresholds import budget_threshold
 from targ_mlx.gates import draft_only_names
 
 from targ_mlx.settings import Settings

@@ -23,7 +23,7 @@ import numpy as np
 from targ_mlx.eval import analysis as an
 from targ_mlx.eval.record import record_signals
 from targ_mlx.eval.sweep import Signals
-from targ_mlx.evidence_fit import read_cell
+from targ_mlx.calibration.evidence import read_cell
 from targ_mlx.gates import GateParams, get
 from targ_mlx.gates.evidence import DEFAULT_KEY, calibrations
 

@@ -197,7 +197,7 @@ def split_pool(config: dict | None) -> int | None:
 def tau_for_budget(u_dev: np.ndarray, rho: float) -> float:
     """tau = F_U^{-1}(1 - rho) on dev: retrieve the top rho fraction (U > tau), by the same exact,
     tie-aware rule as `targ-calibrate` (calibration.budget_threshold), so a budget gives one tau."""
-    from targ_mlx.calibration import budget_threshold
+    from targ_mlx.calibration.thresholds import budget_threshold
 
     u = np.asarray(u_dev, float)
     return budget_threshold(u[np.isfinite(u)], rho)

@@ -19,7 +19,7 @@ beta as set), read separately for questions whose context already says what the 
 likelier right and reading changes little) and the others.
 
 Each is an isotonic fit on dev-half eval records, shipped per model in
-`evidence_calibration.json` (`targ_mlx.evidence_fit` fits it; the eval judges it on the other
+`evidence_calibration.json` (`targ_mlx.calibration.evidence` fits it; the eval judges it on the other
 half), or fitted to the user's own model by `targ-calibrate fit` (the config's `[evidence."key"]`,
 passed in `GateParams.calibration`); a model with too few confirmed dev questions ships one memory fit for both. One scalar against
 one threshold, so the one budget rule calibrates it like the paper's gates. No second model
@@ -36,7 +36,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from targ_mlx.calibration import isotonic
+from targ_mlx.calibration.thresholds import isotonic
 from targ_mlx.gates.base import DRAFT, SEARCH, Gate, GateDecision, GateParams, Signals, register
 from targ_mlx.gates.paper import margin_score
 

@@ -6,7 +6,7 @@ Tables (browse them with `sqlite-utils` or `datasette decisions.db`; README, "Th
   messages   the chat app's transcript, linked to the decision behind each answer -- transcript.py
 
 The file handling (WAL, retries on a busy file, schema migrations) is in `store.py`; the
-rows calibration reads are fetched in `calibration_rows.py`. User text only ever goes in as
+rows calibration reads are fetched in `targ_mlx/calibration/rows.py`. User text only ever goes in as
 query parameters.
 """
 

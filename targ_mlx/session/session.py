@@ -24,7 +24,7 @@ from targ_mlx.config import Config, load_config, save_tau
 from targ_mlx.conversation import turns_from_messages
 from targ_mlx.errors import NoRetrieverError, QuestionError, TargError, check_text
 from targ_mlx.index.opened import OpenedIndex, describe
-from targ_mlx.log.calibration_rows import MIN_ROWS, budget_tau, fit_tau, score_rows
+from targ_mlx.calibration.rows import MIN_ROWS, budget_tau, fit_tau, score_rows
 from targ_mlx.log.decisions import DecisionLog
 from targ_mlx.records import Answer
 from targ_mlx.retrieval import Retriever

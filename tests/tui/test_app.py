@@ -3,7 +3,7 @@
 import pytest
 
 from targ_mlx.assistant import Assistant, Settings
-from targ_mlx.calibration import budget_threshold
+from targ_mlx.calibration.thresholds import budget_threshold
 from targ_mlx.config import Config
 from targ_mlx.log.decisions import DecisionLog
 from targ_mlx.records import Answer

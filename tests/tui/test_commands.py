@@ -2,8 +2,8 @@
 
 import pytest
 
-from targ_mlx.calibration import budget_threshold
-from targ_mlx.log.calibration_rows import DEFAULT_BUDGET, NotEnoughRowsError, ScoreRow, budget_tau, fit_tau
+from targ_mlx.calibration.thresholds import budget_threshold
+from targ_mlx.calibration.rows import DEFAULT_BUDGET, NotEnoughRowsError, ScoreRow, budget_tau, fit_tau
 from tui import commands
 from tui.commands import Command, CommandError
 

@@ -4,7 +4,7 @@ in the labels' direction, and tau with it."""
 import pytest
 
 from targ_mlx.assistant import Assistant, Settings
-from targ_mlx.calibrate import main as calibrate
+from targ_mlx.calibration.cli import main as calibrate
 from targ_mlx.config import Config, load_config
 from targ_mlx.log.decisions import DecisionLog
 from tests.test_calibrate_refit import OTHER, hurts, u_shift

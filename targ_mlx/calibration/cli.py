@@ -1,4 +1,4 @@
-"""`python -m targ_mlx.calibrate`: fit the gate threshold tau from the decision log.
+"""`targ-calibrate` (`python -m targ_mlx.calibration`): fit the gate threshold tau from the decision log.
 
 Two objectives, as in the paper:
   --budget RHO           tau = empirical F_U^-1(1 - RHO) of the logged U (retrieval rate ~ RHO)
@@ -15,7 +15,8 @@ Rows that count as labelled for accuracy:
 `--write` stores tau for (model, gate) in the config file that `targ ask` and the chat app read.
 
 `targ-calibrate fit --model SPEC --data-file QA.jsonl` fits the evidence gate's calibrations
-themselves to a model (`calibrate_fit`).
+themselves to a model (`calibration.fit`); `targ-calibrate refit` refits them from the user's
+labels (`calibration.refit`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from targ_mlx.calibration import (
+from targ_mlx.calibration.thresholds import (
     accuracy_threshold,
     budget_threshold,
     gated_accuracy,
@@ -36,7 +37,7 @@ from targ_mlx.calibration import (
 )
 from targ_mlx.config import GATES, Config, default_config_path, load_config, save_tau
 from targ_mlx.errors import run_cli
-from targ_mlx.log.calibration_rows import MIN_ROWS, NotEnoughRowsError, labelled_rows, score_rows
+from targ_mlx.calibration.rows import MIN_ROWS, NotEnoughRowsError, labelled_rows, score_rows
 from targ_mlx.log.decisions import SOURCES, DecisionLog
 
 DEFAULT_BINS = 20
@@ -214,7 +215,7 @@ def _main(args: argparse.Namespace) -> int:
 
 
 def fit_arg_parser() -> argparse.ArgumentParser:
-    from targ_mlx.calibrate_fit import add_fit_args
+    from targ_mlx.calibration.fit import add_fit_args
 
     parser = argparse.ArgumentParser(
         prog="targ-calibrate fit",
@@ -226,14 +227,14 @@ def fit_arg_parser() -> argparse.ArgumentParser:
 
 
 def _fit(args: argparse.Namespace) -> int:
-    from targ_mlx.calibrate_fit import fit_command
+    from targ_mlx.calibration.fit import fit_command
 
     print(fit_command(args))
     return 0
 
 
 def refit_arg_parser() -> argparse.ArgumentParser:
-    from targ_mlx.evidence_refit import MIN_LABELS
+    from targ_mlx.calibration.refit import MIN_LABELS
 
     parser = argparse.ArgumentParser(
         prog="targ-calibrate refit",
@@ -255,7 +256,7 @@ def refit_arg_parser() -> argparse.ArgumentParser:
 
 def refit_report(args: argparse.Namespace) -> str:
     from targ_mlx.config import save_evidence
-    from targ_mlx.evidence_refit import refit_from_log
+    from targ_mlx.calibration.refit import refit_from_log
 
     cfg = _config(args.config)
     db_path = Path(args.db or cfg.db)
@@ -297,7 +298,3 @@ def main(argv: list[str] | None = None) -> int:
         bind_openblas()  # it may load a model: bind before mlx.core loads
         return run_cli(fit_arg_parser(), _fit, argv[1:], interrupted="interrupted; rerun the same command to continue")
     return run_cli(setup_arg_parser(), _main, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,7 +1,7 @@
 """What threshold calibration reads from the decision log: U per row and its labels.
 
 `score_rows` fetches the rows that logged a U for one gate; `labelled_rows` turns them into
-(U, correct_never, correct_always) for the accuracy objective. The maths is in `calibration.py`;
+(U, correct_never, correct_always) for the accuracy objective. The maths is in `thresholds.py`;
 `fit_tau` is the chat app's /recalibrate and /budget rule. `targ-calibrate` and the chat app both
 read through here.
 """
@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Sequence
 
 from targ_mlx import gates
-from targ_mlx.calibration import accuracy_threshold, budget_threshold, retrieval_rate
+from targ_mlx.calibration.thresholds import accuracy_threshold, budget_threshold, retrieval_rate
 from targ_mlx.errors import TargError
 from targ_mlx.log.decisions import POSITIVE_LABELS, SCORE_COLUMNS, DecisionLog
 from targ_mlx.log.store import filters

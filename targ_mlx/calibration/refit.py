@@ -18,7 +18,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from targ_mlx.calibration import budget_threshold, isotonic
+from targ_mlx.calibration.thresholds import budget_threshold, isotonic
 from targ_mlx.errors import TargError
 from targ_mlx.gates.evidence import evidence_score, interp, memory_fit, read_probability
 from targ_mlx.log.decisions import POSITIVE_LABELS, DecisionLog

@@ -2,7 +2,7 @@
 
 The paper's rule (Sec. "Threshold calibration and budget control") is to retrieve iff U > tau,
 with tau = F_U^-1(1 - rho) for a retrieval budget rho, or the tau that maximises dev accuracy.
-Nothing here knows about SQLite, config files or the model; `calibrate.py` feeds it logged rows.
+Nothing here knows about SQLite, config files or the model; `cli.py` feeds it logged rows.
 
 Candidate thresholds are the distinct observed U values (rows equal to tau do not retrieve),
 plus one just below the smallest value (everything retrieves). Every tau between two adjacent

@@ -25,7 +25,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from targ_mlx.calibration import budget_threshold
+from targ_mlx.calibration.thresholds import budget_threshold
 from targ_mlx.gates import margin_score
 from targ_mlx.gates.evidence import MIN_SPLIT, evidence_score, fit_calibration, interp, memory_fit, read_probability
 

@@ -4,7 +4,7 @@
 
 records N questions with the model (the eval's one-pass records: the draft, the search, both
 branches, resumable in a run folder, a progress bar with ETA), fits the gate's two isotonic
-calibrations and tau for a reading budget on them (`evidence_fit`), and writes both to the config
+calibrations and tau for a reading budget on them (`calibration.evidence`), and writes both to the config
 under the model's key, where `targ ask`, the chat and the server read them. `--records DIR` fits
 already-recorded eval cells instead (their dev halves: the test halves stay for judging).
 """
@@ -119,7 +119,7 @@ def record(args, key: str, k: int, beta: float, cfg) -> tuple[list[dict], str]:
 
 
 def _from_records(args, key: str, k: int, beta: float):
-    from targ_mlx.evidence_fit import cell_rows, cells
+    from targ_mlx.calibration.evidence import cell_rows, cells
 
     for folder in args.records:
         for cell in cells(Path(folder)):
@@ -131,7 +131,7 @@ def _from_records(args, key: str, k: int, beta: float):
 
 def fit_command(args) -> str:
     """Run `targ-calibrate fit`; returns the report."""
-    from targ_mlx.evidence_fit import DEFAULT_RATE, fit, rows_of, scores, split_note
+    from targ_mlx.calibration.evidence import DEFAULT_RATE, fit, rows_of, scores, split_note
     from targ_mlx.runtime.model_spec import model_key
 
     rate = DEFAULT_RATE if args.budget is None else args.budget
