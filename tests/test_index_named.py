@@ -67,3 +67,10 @@ def test_get_index_builds_bm25_only_and_resumes_a_stopped_build(tmp_path):
     assert seen[0][0] == 4 and seen[-1][0] == seen[-1][1] > 4  # went on from the first commit to the end
     manifest = json.loads((t.out / "manifest.json").read_text())
     assert manifest["build"]["dense"] is False and manifest["counts"]["passages"] == seen[-1][1]
+
+
+def test_an_online_name_says_what_its_build_will_take_before_it_starts():
+    line = named.cost_line("enwiki")
+    assert line.startswith("about 20.0M chunks: ~26 GB of disk and ~3 h on 2 cores") and "resumes" in line
+    assert named.cost_line("simplewiki").startswith("about 0.3M chunks: ~0.4 GB of disk and ~2 min on 2 cores")
+    assert named.cost_line("/data/my_notes.jsonl") == ""  # a local corpus' size is not known before it is read

@@ -45,11 +45,13 @@ class Target:
         return NAMED.get(self.name, self.out.name)
 
 
-# What an online name costs, said before the build starts: chunks from the dataset's article count
-# at the large corpus's ratio (994,419 chunks of 183,569 articles: 5.4 a full article, fewer for
-# Simple English's short ones, 1.1 measured there), disk and time at the rates measured on the large
-# corpus (BENCHMARKS.md, row "large BM25 index build": passages.db ~1.0 KB and the Tantivy part
-# ~0.3 KB a chunk; ~2,000 chunks/s read, chunked and indexed on 2 cores, not counting the download).
+# What an online name costs, said before the build starts. Chunks: Simple English at the offline
+# slice's 1.13 chunks per article of its dump (223,150 of 197,146) times the config's ~240k articles;
+# English Wikipedia's 6.4M articles as the ~15-25M ~1,000-character chunks that DPR's 21M 100-word
+# passages imply. Disk and time at the rates measured on the large corpus (BENCHMARKS.md, rows
+# "large BM25 index build" and "lexical index rebuilt in place": passages.db 1.0 KB and the
+# Tantivy part 0.16-0.3 KB a chunk; ~2,000 chunks/s read, chunked and indexed on 2 cores), the
+# download not counted.
 CHUNKS = {"simplewiki": 270_000, "enwiki": 20_000_000}
 DISK_BYTES_PER_CHUNK = 1_300
 CHUNKS_PER_S = 2_000
@@ -69,7 +71,9 @@ def cost_line(name: str) -> str:
         return ""
     hours = chunks / CHUNKS_PER_S / 3600
     took = f"~{hours:.0f} h" if hours >= 1.5 else f"~{max(1, round(hours * 60))} min"
-    return (f"about {chunks / 1e6:.1f}M chunks: ~{chunks * DISK_BYTES_PER_CHUNK / 1e9:.0f} GB of disk and {took} "
+    gb = chunks * DISK_BYTES_PER_CHUNK / 1e9
+    disk = f"~{gb:.0f} GB" if gb >= 10 else f"~{gb:.1f} GB"
+    return (f"about {chunks / 1e6:.1f}M chunks: {disk} of disk and {took} "
             "on 2 cores plus the download; it resumes where it stopped")
 
 
