@@ -48,10 +48,10 @@ class Target:
 # What an online name costs, said before the build starts. Chunks: Simple English at the offline
 # slice's 1.13 chunks per article of its dump (223,150 of 197,146) times the config's ~240k articles;
 # English Wikipedia's 6.4M articles as the ~15-25M ~1,000-character chunks that DPR's 21M 100-word
-# passages imply. Disk and time at the rates measured on the large corpus (BENCHMARKS.md, rows
-# "large BM25 index build" and "lexical index rebuilt in place": passages.db 1.0 KB and the
-# Tantivy part 0.16-0.3 KB a chunk; ~2,000 chunks/s read, chunked and indexed on 2 cores), the
-# download not counted.
+# passages imply. Disk and time from the large corpus (BENCHMARKS.md, rows "large BM25 index
+# build" and "lexical index rebuilt in place"): passages.db 1.0 KB and the Tantivy part 0.16 KB a
+# chunk, rounded up; its 994,419 chunks read, chunked and stored in ~218 s and indexed in 150 s at
+# load ~8 (~2,700 chunks/s), taken as 2,000 for slower machines. The download is not counted.
 CHUNKS = {"simplewiki": 270_000, "enwiki": 20_000_000}
 DISK_BYTES_PER_CHUNK = 1_300
 CHUNKS_PER_S = 2_000
