@@ -19,7 +19,8 @@ from targ_mlx.defaults import (
 )
 from targ_mlx.errors import check_text, run_cli
 from targ_mlx.gates import SCORED_GATES
-from targ_mlx.session import Options, add_common_args, open_session
+from targ_mlx.session.open import open_session
+from targ_mlx.session.options import Options, add_common_args
 
 logger = logging.getLogger(__name__)
 

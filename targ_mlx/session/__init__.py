@@ -14,6 +14,21 @@ importing the package (to parse flags) loads no model runtime.
 from __future__ import annotations
 
 from importlib import import_module
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the same names as type checkers, farm-studio and readers see them; at run time
+    # they load on first use (`__getattr__` below), so parsing flags loads no model runtime
+    from targ_mlx.config import default_model
+    import targ_mlx.index.named as named_index
+    from targ_mlx.log.decisions import LABELS, UnknownDecisionError
+    from targ_mlx.runner import Decided, Done, Drafted, Event, Searched, Text
+    from targ_mlx.runtime.model_spec import model_key
+    from targ_mlx.session.feedback import label_decision
+    from targ_mlx.session.open import open_session
+    from targ_mlx.session.options import IndexWhen, Options, add_common_args
+    from targ_mlx.session.session import NotScoredError, Session, new_chat_id
+    from targ_mlx.session.view import DecisionView
+    from targ_mlx.settings import Settings
 
 _WHERE = {
     "Options": "options", "IndexWhen": "options", "add_common_args": "options",
