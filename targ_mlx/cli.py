@@ -63,7 +63,7 @@ def ask(args: argparse.Namespace) -> int:
     for event in session.ask(args.question):  # drafted, searched, decided, text..., done
         last = event
     ans = last.answer
-    logged = session.log is not None
+    logged = session.logs
     if args.json:
         record = ans.to_dict()
         record["tau"] = record["tau"] if ans.gate in SCORED_GATES else None  # never/always: +-inf, not JSON

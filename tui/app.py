@@ -157,7 +157,7 @@ class ChatApp(SlashCommands, IndexGet, App):
 
     def _use_assistant(self, session: Session) -> None:
         self.assistant = session
-        session.attach(source="chat", session=self.session, log=self.decisions if session.log is None else None,
+        session.attach(source="chat", session=self.session, log=self.decisions if not session.logs else None,
                        config=self.config, config_path=self.config_path)
         self.decisions = session.log
         self.config = session.config
@@ -173,7 +173,7 @@ class ChatApp(SlashCommands, IndexGet, App):
         s = a.settings if a else None
         index = self.index_label or (a.index_id if a and a.index_id else "-")
         self.query_one(StatusBar).set_status(
-            model=a.backbone.model_id if a else "loading", index=index,
+            model=a.model_id if a else "loading", index=index,
             gate=(f"{s.gate} ({s.calibration_label})" if s.calibration_label and s.gate == "evidence" else s.gate)
             if s else "-",
             tau=s.tau if s and s.scored else None, k=s.k if s else 0,
@@ -252,7 +252,7 @@ class ChatApp(SlashCommands, IndexGet, App):
         self.cancel_event = threading.Event()
         self.generating = True
         s = self.assistant.settings
-        self._live = DecisionView.start(s.gate, s.k, self.assistant.backbone.model_id)
+        self._live = DecisionView.start(s.gate, s.k, self.assistant.model_id)
         self._show(self._live)
         self._status()
         self.generate(event.text, self.cancel_event)
@@ -265,7 +265,7 @@ class ChatApp(SlashCommands, IndexGet, App):
                 if isinstance(ev, Text):
                     self.post_message(AnswerText(ev.text))
                 elif isinstance(ev, Done):
-                    self.post_message(AnswerDone(ev.answer, session.last_decision_id if session.log else None))
+                    self.post_message(AnswerDone(ev.answer, session.last_decision_id if session.logs else None))
                 else:
                     self.post_message(AnswerEvent(ev))
         except Exception as e:  # e.g. a QuestionError or a missing index: shown in the chat

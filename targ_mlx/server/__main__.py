@@ -69,7 +69,7 @@ def build(args: argparse.Namespace):
     # ask: a served answer is an ask, its session says serve
     session = open_session(Options.from_args(args, long_running=True))
     session.attach(session="serve-" + uuid.uuid4().hex[:8])
-    return make_app(session, session.backbone.model_id, args.api_key, args.queue), session.backbone.model_id
+    return make_app(session, session.model_id, args.api_key, args.queue), session.model_id
 
 
 def serve(args: argparse.Namespace) -> int:

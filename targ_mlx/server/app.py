@@ -146,7 +146,7 @@ def make_app(session, model_name: str, api_key: str | None = None, queue_size: i
     """
     worker = Worker(session, queue_size, max_tokens)
     started = time.time()
-    names = {model_name, session.backbone.model_id}
+    names = {model_name, session.model_id}
 
     def authorised(request: Request) -> None:
         if api_key is None:
@@ -209,10 +209,10 @@ def make_app(session, model_name: str, api_key: str | None = None, queue_size: i
         try:
             authorised(request)
             did, label = api.parse_feedback(api.parse_body(await _read_capped(request)), LABELS)
-            if session.log is None or not hasattr(session.log, "feedback"):
+            if not session.takes_feedback:
                 raise api.ApiError(409, "this server keeps no decision log to label; start it without --no-log")
             try:
-                fid = await asyncio.get_running_loop().run_in_executor(None, session.log.feedback, did, label)
+                fid = await asyncio.get_running_loop().run_in_executor(None, session.feedback, did, label)
             except UnknownDecisionError:
                 raise api.ApiError(404, f"no decision {did} in this server's log", "decision_id") from None
         except api.ApiError as e:

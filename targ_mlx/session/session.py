@@ -229,6 +229,28 @@ class Session:
                 self.log.add_message(self.session, "assistant", ev.answer.answer, self.last_decision_id)
             yield ev
 
+    # -- what a face may ask (it shows these; it does not reach into the backbone or the log) --
+
+    @property
+    def model_id(self) -> str:
+        """The answering model's id, as the log keys its decisions."""
+        return self.backbone.model_id
+
+    @property
+    def logs(self) -> bool:
+        """Whether answers are logged (no log: `--no-log`, or a face that keeps none)."""
+        return self.log is not None
+
+    @property
+    def takes_feedback(self) -> bool:
+        """Whether a user's label on a logged answer can be kept (`feedback`)."""
+        return self.log is not None and hasattr(self.log, "feedback")
+
+    def feedback(self, decision_id: int, label: str) -> int:
+        """Keep a user's label on logged decision `decision_id` (for `targ-calibrate refit`); the
+        label's row id. Raises UnknownDecisionError for a decision the log does not hold."""
+        return self.log.feedback(decision_id, label)
+
     # -- answering ------------------------------------------------------------------------
 
     @property
