@@ -225,3 +225,20 @@ def test_no_face_probes_a_retriever_with_getattr():
             if re.search(r"getattr\((self\.)?_?retriever\b|getattr\(current\b", line):
                 hits.append(f"{path.relative_to(REPO)}:{n}")
     assert hits == []
+
+
+def test_the_session_door_names_for_static_tools_what_it_loads_at_run_time():
+    """targ_mlx.session hands its names out lazily (`_WHERE`) and names them again under
+    TYPE_CHECKING for type checkers and farm-studio: a name in one list and not the other would be
+    a name static tools cannot follow, or one the door does not hand out; each must load."""
+    import importlib
+
+    import targ_mlx.session as door
+
+    tree = ast.parse((REPO / "targ_mlx" / "session" / "__init__.py").read_text(encoding="utf-8"))
+    block = next(n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING")
+    static = {a.asname or a.name for n in block.body if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+    assert static == set(door._WHERE)
+    for name in door._WHERE:
+        assert getattr(door, name) is not None
+    assert importlib.import_module("targ_mlx.index.named") is door.named_index

@@ -242,7 +242,7 @@ def finish(db, part: Path, out: Path, spec: dict, encoder_info: dict, started: f
     db.execute("PRAGMA journal_mode=DELETE")  # fold the WAL back: the index is one read-only file
     db.vacuum()
     db.close()
-    if bm25:  # from the final passages, so a build and an `add` both leave it in step; redone on resume
+    if bm25:  # from the final passages, so a build and an `add` both leave it in step; resumed after its last commit
         build_lexical_from([part / PASSAGES], lexical_dir(part))
     manifest = manifest_for(
         spec, encoder_info,
