@@ -130,6 +130,17 @@ def test_reuse_takes_vectors_of_identical_chunks(tmp_path, small_index_dir, smal
     assert open_retriever(out).manifest["timing"]["encode_s"] < 1.0  # nothing was encoded
 
 
+def test_a_bm25_only_sibling_lends_no_vectors_and_does_not_stop_a_build(tmp_path, small_index_corpus):
+    """The default index's build looks for vectors in its sibling folders; a BM25-only index built
+    beside it (the large corpus, --no-dense) has none and once made that build fail
+    ("no such table: pending")."""
+    subset = tmp_path / "small_pool.jsonl"
+    subset.write_text("".join(small_index_corpus.read_text().splitlines(keepends=True)[:10]))
+    bm25_only = build_index([str(subset)], tmp_path / "bm25-only", dense=False)
+    out = build_index([str(subset)], tmp_path / "dense", reuse=[bm25_only])
+    assert len(open_retriever(out)) == len(_keys(out)) > 0
+
+
 def test_expansion_search_is_a_serving_setting(tmp_path, small_index_dir, small_index_corpus):
     import shutil
 

@@ -43,6 +43,8 @@ class VectorSource:
         self.parts: list[tuple[object, sqlite3.Connection]] = []
         for d in _expand_shards(map(Path, dirs)):
             if (d / MANIFEST).is_file():
+                if not (d / VECTORS).is_file():
+                    continue  # a BM25-only index (--no-dense): no vectors to lend
                 m = read_manifest(d)
                 verify_files(d, m)
                 built, index = m["encoder"]["name"], Index.restore(str(d / VECTORS), view=True)
