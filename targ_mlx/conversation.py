@@ -90,6 +90,10 @@ class Turn(NamedTuple):
 
     question: str
     answer: str
+    # whether the answer was read from a source (a passage cited for it) or confirmed by one;
+    # an answer from memory alone is not searched with (`fused_forms`): a wrong one ("Tommaso di
+    # Ser Giovanni di Simone" for "when was he born?") would pull the next search to its subject
+    grounded: bool = True
 
 
 def fit_history(turns: Sequence[Turn], budget: int, count: Callable[[str], int]) -> tuple[Turn, ...]:
@@ -110,10 +114,11 @@ def fit_history(turns: Sequence[Turn], budget: int, count: Callable[[str], int])
     return tuple(reversed(kept))
 
 
-def turns_from_messages(messages: Sequence) -> list[Turn]:
+def turns_from_messages(messages: Sequence, grounded: Callable[[int], bool] | None = None) -> list[Turn]:
     """Turns from a transcript (`DecisionLog.messages`): each user message with the answer after it.
 
-    A question left without an answer (the app closed mid-answer) is skipped.
+    A question left without an answer (the app closed mid-answer) is skipped. `grounded` says of an
+    answer's decision id whether it was read from or confirmed by a source (`Turn.grounded`).
     """
     turns: list[Turn] = []
     pending: str | None = None
@@ -121,7 +126,8 @@ def turns_from_messages(messages: Sequence) -> list[Turn]:
         if m.role == "user":
             pending = m.text
         elif m.role == "assistant" and pending is not None:
-            turns.append(Turn(pending, m.text))
+            ok = grounded(m.decision_id) if grounded is not None and m.decision_id is not None else True
+            turns.append(Turn(pending, m.text, ok))
             pending = None
     return turns
 
@@ -191,12 +197,12 @@ def model_rewrite(backbone, question: str, history: Sequence[Turn], max_tokens: 
 
 def fused_forms(question: str, history: Sequence[Turn], asked: tuple[float, float] = ASKED_WEIGHT,
                 context: tuple[float, float] = CONTEXT_WEIGHT) -> list[SearchForm]:
-    """The default way: the question as asked, the questions form and (after an answer) the answer
-    form, weighted at `dependence(question)` between each pair's (independent, dependent) values."""
+    """The default way: the question as asked, the questions form and (after an answer read from or
+    confirmed by a source) the answer form, weighted at `dependence(question)` between each pair's (independent, dependent) values."""
     d = dependence(question)
     w = _weight(context, d)
     forms = [SearchForm(question, _weight(asked, d)), SearchForm(questions_query(question, history), w)]
-    if history and history[-1].answer.strip():
+    if history and history[-1].answer.strip() and history[-1].grounded:
         forms.append(SearchForm(answer_query(question, history), w))
     return forms
 
@@ -219,7 +225,7 @@ def search_forms(question: str, history: Sequence[Turn], method: str = DEFAULT_R
         raise ValueError(f"rewrite method {method!r} unknown; choose one of {', '.join(REWRITE_METHODS)}")
     if not history or method == "none":
         return [SearchForm(question)]
-    has_answer = bool(history[-1].answer.strip())  # not after a cancelled answer
+    has_answer = bool(history[-1].answer.strip()) and history[-1].grounded  # not after a cancelled or unsourced answer
     if method == "questions" or (method == "answer" and not has_answer):
         return [SearchForm(questions_query(question, history))]
     if method == "answer":

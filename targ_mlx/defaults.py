@@ -36,9 +36,12 @@ REWRITE_METHODS = ("fused", "questions", "answer", "model", "none")  # how a fol
 # rankings fused with weights by how much the question leans on the chat (`conversation.fused_forms`),
 # found more of what the manual rewrites find than any one form, and keeps a new topic's own search.
 DEFAULT_REWRITE = "fused"
-# What reading reads: the search's top-K passages (the paper's), or the sentences of its top 20 most
-# likely to hold the answer (`targ_mlx.selection`), in the same context budget
-READ_MODES = ("passages", "sentences")
+# What reading reads: the search's top-K passages (the paper's); its top K distinct topics
+# (`reader.distinct`: no article's second chunk, no subject twice from two sources); those distinct
+# passages each read on its own and the answer chosen by the evidence for it (`targ_mlx.reader`);
+# or the sentences of its top 20 most likely to hold the answer (`targ_mlx.selection`)
+READ_MODES = ("passages", "distinct", "each", "sentences")
+READ_EACH = 3  # "each": distinct passages read one at a time (chosen on dev halves from 3-5: results/reader.md)
 DEFAULT_READ = "passages"
 # Reading depth: read only the top-K passages whose similarity is at least this share of the most
 # similar one's, in the ranking's order (0: all K). A small model reads one passage better than five (results/README.md,

@@ -40,11 +40,16 @@ def add_common_args(p: argparse.ArgumentParser) -> None:
                    f"oldest dropped first (default {DEFAULT_HISTORY_TOKENS})")
     p.add_argument("--rewrite", choices=REWRITE_METHODS, help="in a chat: how a follow-up becomes a standalone "
                    f"search query (default {DEFAULT_REWRITE})")
-    p.add_argument("--read", choices=READ_MODES, help="what reading reads: the top-K passages, or the sentences of "
-                   f"the search's top 20 most likely to hold the answer, in the same budget (default {DEFAULT_READ})")
+    p.add_argument("--read", choices=READ_MODES, help="what reading reads: passages (the top K), distinct (the top K "
+                   "topics, no article or subject twice), each (the first 3 distinct topics each read on its own, the "
+                   "answer chosen by the evidence for it), sentences (the sentences of the top 20 most likely to hold "
+                   f"the answer); default {DEFAULT_READ}")
     p.add_argument("--rerank", metavar="NAME|PATH|llm", help="re-order the search's top 20 before reading: a "
                    "sentence-transformers CrossEncoder (Hub id or folder), or llm (the loaded model judges each "
                    "passage; slower); default: off")
+    p.add_argument("--draft-route", type=float, metavar="W", help="search question + the closed-book draft too and "
+                   "fuse that ranking beside the question's own at weight W (the evidence gate drafts before it "
+                   "searches; default 0: off)")
     p.add_argument("--depth-ratio", type=float, metavar="R", help="read only the top-K passages whose similarity is "
                    "at least R x the most similar one's (0 reads all K; default from config, else 0)")
 
@@ -53,7 +58,7 @@ def setting_flags(args: argparse.Namespace) -> dict:
     """The answer settings the flags give (`add_common_args` and ask's own; None: not given)."""
     return dict(tau=args.tau, gate=args.gate, k=args.k, max_tokens=args.max_tokens,
                 history_tokens=args.history_tokens, rewrite=args.rewrite, read=getattr(args, "read", None),
-                rerank=getattr(args, "rerank", None), depth_ratio=getattr(args, "depth_ratio", None),
+                rerank=getattr(args, "rerank", None), draft_route=getattr(args, "draft_route", None), depth_ratio=getattr(args, "depth_ratio", None),
                 beta=getattr(args, "beta", None), n_samples=getattr(args, "n_samples", None),
                 temperature=getattr(args, "temp", None), seed=getattr(args, "seed", None),
                 top_k=getattr(args, "top_k", None), context_tokens=getattr(args, "context_tokens", None),

@@ -9,12 +9,13 @@ question is priced on the path an asked question takes. Settings are duck-typed:
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import replace
 from typing import Any, Sequence
 
-from targ_mlx import conversation, gates, prompts, rerank, retrieval, selection
+from targ_mlx import conversation, gates, prompts, reader, rerank, retrieval, selection
 from targ_mlx.runtime.backbone import Backbone
 from targ_mlx.conversation import Turn
 from targ_mlx.runtime.draft import Draft
@@ -70,47 +71,98 @@ def pack(bb: Backbone, question: str, hits: Sequence[Passage], s: Any, prefix_to
     return prompts.pack_context(hits, packed_budget(bb, question, s, prefix_tokens, history), tok.encode, tok.decode)
 
 
+WIDE_READS = ("sentences", "distinct", "each")  # read modes that look past the top K
+
+
 def search_depth(s: Any) -> int:
-    """Passages a search returns: the top K, or the SELECT_FROM that a selection (reading sentences)
-    or a reranker looks at."""
-    wide = getattr(s, "read", "passages") == "sentences" or getattr(s, "rerank", "")
-    return max(s.top_k, selection.SELECT_FROM, rerank.RERANK_FROM) if wide else s.top_k
+    """Passages a search returns: the top K, or the 20 that a selection (reading sentences), the
+    distinct topics' refill, the choice's evidence or a reranker looks at."""
+    wide = getattr(s, "read", "passages") in WIDE_READS or getattr(s, "rerank", "")
+    return max(s.top_k, selection.SELECT_FROM, rerank.RERANK_FROM, reader.SUPPORT_FROM) if wide else s.top_k
 
 
 def pack_found(bb: Backbone, question: str, found: Sequence[Passage], s: Any, prefix_tokens: int = 0,
                history: Sequence[Turn] = (), judged_query: str | None = None) -> prompts.PackedContext:
-    """The top K of `found` packed as the gate sees them, with what reading reads: the same, or
-    (`s.read == "sentences"`) the selected sentences of all of `found` in the same budget. With a
-    reranker (`s.rerank`) `found` is first re-ordered by it against `judged_query` (the question
-    by default; in a chat, the search form that carries its context)."""
+    """The top K of `found` packed as the gate sees them, with what reading reads (`s.read`): the
+    same; the top K distinct topics ("distinct"); the first reader.READ_EACH distinct topics, each
+    cut to its share of the budget to be read on its own ("each"); or the selected sentences of all
+    of `found` in the same budget ("sentences"). With a reranker (`s.rerank`) `found` is first
+    re-ordered by it against `judged_query` (the question by default; in a chat, the search form
+    that carries its context)."""
     judge = rerank.load_reranker(getattr(s, "rerank", ""), bb)
     found = rerank.rerank(judge, judged_query or question, found)
     packed = pack(bb, question, found[: s.top_k], s, prefix_tokens, history)
-    if getattr(s, "read", "passages") != "sentences":
+    mode = getattr(s, "read", "passages")
+    tok = bb.tokenizer
+    budget = packed_budget(bb, question, s, prefix_tokens, history)
+    if mode == "each":
+        each = budget // reader.READ_EACH
+        parts = [prompts.pack_context([p], each, tok.encode, tok.decode)
+                 for p in reader.distinct(found, getattr(s, "each", reader.READ_EACH))]
+        parts = [x for x in parts if x.passages]
+        read = prompts.PackedContext(tuple(x.passages[0] for x in parts), "\n".join(x.text for x in parts),
+                                     sum(x.tokens for x in parts))
+        return replace(packed, read=read, found=tuple(found[: reader.SUPPORT_FROM]), query=judged_query or question)
+    if mode == "distinct":
+        return replace(packed, read=pack(bb, question, reader.distinct(found, s.top_k), s, prefix_tokens, history))
+    if mode != "sentences":
         top = found[: s.top_k]
         keep = selection.read_among([p.score for p in top], getattr(s, "depth_ratio", 0.0))
         if len(keep) < len(top):  # the others scored below depth_ratio x the best one: not read
             packed = replace(packed, read=pack(bb, question, [top[i] for i in keep], s, prefix_tokens, history))
         return packed
-    budget = packed_budget(bb, question, s, prefix_tokens, history)
-    count = lambda text: len(bb.tokenizer.encode(text))  # noqa: E731
+    count = lambda text: len(tok.encode(text))  # noqa: E731
     chosen = selection.select(question, found, budget, count)
-    tok = bb.tokenizer
     return replace(packed, read=prompts.pack_context(chosen, budget, tok.encode, tok.decode))
 
 
+def each_prompts(bb: Backbone, question: str, packed: prompts.PackedContext, style: str,
+                 history: Sequence[Turn] = ()) -> list[list[int]]:
+    """read="each": the prompt of every passage read, each B(q) + its one passage, then B(q) itself
+    (the closed-book reading); decoded as one batch, they give `choose`'s candidates."""
+    return ([prompt_ids(bb, question, style, p.format(), history) for p in packed.reading.passages]
+            + [prompt_ids(bb, question, style, None, history)])
+
+
+def candidate(bb: Backbone, tokens: Sequence[int], logprobs: Sequence[float], source: int, cap: int) -> reader.Candidate:
+    """One reading's tokens as a candidate: its answer text and the mean log p of its tokens."""
+    text, n = answer_text(bb, tokens, cap)
+    kept = tuple(t for t in tokens[:cap] if t not in bb.tokenizer.eos_ids)
+    return reader.Candidate(text, sum(logprobs[:n]) / n if n else -math.inf, source, kept)
+
+
+def choose(bb: Backbone, question: str, packed: prompts.PackedContext, rows: Sequence[Sequence[int]],
+           logprobs: Sequence[Sequence[float]], cap: int) -> reader.Choice:
+    """The answer of read="each": `rows` (the tokens each prompt of `each_prompts` gave, with their
+    log-probabilities; the question alone last) as candidates, chosen by the evidence in what the
+    search found."""
+    last = len(rows) - 1
+    cands = [candidate(bb, t, lp, i if i < last else reader.CLOSED_BOOK, cap)
+             for i, (t, lp) in enumerate(zip(rows, logprobs))]
+    return reader.choose(packed.query or question, cands, packed.found or packed.passages,
+                         packed.reading.passages)
+
+
 def retrieve(bb: Backbone, retriever, question: str, s: Any, prefix_tokens: int = 0,
-             history: Sequence[Turn] = (), cancel: threading.Event | None = None
+             history: Sequence[Turn] = (), cancel: threading.Event | None = None, draft: str = ""
              ) -> tuple[prompts.PackedContext, float, str]:
     """Search and pack for one question; returns the context, the seconds it took (rewriting a
     follow-up into its standalone form included) and what was searched (a fused search's
-    queries joined by QUERY_SEPARATOR)."""
+    queries joined by QUERY_SEPARATOR). With `draft` (what the model said before the search) and
+    `s.draft_route` > 0, question + draft is one more ranking in the fusion, beside the
+    question's own, whose top DRAFT_KEEP lead (`retrieval.draft_query`); not in a follow-up."""
     t0 = time.perf_counter()
     forms = conversation.search_forms(question, history, s.rewrite, bb, cancel) if history else [
         conversation.SearchForm(question)]
+    route = getattr(s, "draft_route", 0.0) > 0 and bool(draft.strip()) and not history
+    if route:  # a follow-up's forms already carry the conversation; a new question gets the draft's
+        forms = forms + [conversation.SearchForm(retrieval.draft_query(question, draft), s.draft_route)]
     queries = [f.query for f in forms]
-    found = retrieval.search_fused(retriever, queries, search_depth(s), [f.weight for f in forms])
-    judged = max(forms, key=lambda f: f.weight).query  # the form a reranker judges the passages against
+    # the question's own top DRAFT_KEEP lead whatever the draft's ranking says (`retrieval.fuse`)
+    found = retrieval.search_fused(retriever, queries, search_depth(s), [f.weight for f in forms],
+                                   keep=retrieval.DRAFT_KEEP if route else 0)
+    # the form a reranker and the choice judge the passages against (the question's, not the draft's)
+    judged = max(forms[: len(forms) - route], key=lambda f: f.weight).query
     packed = pack_found(bb, question, found, s, prefix_tokens, history, judged)
     return packed, time.perf_counter() - t0, QUERY_SEPARATOR.join(queries)
 

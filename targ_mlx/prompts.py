@@ -33,6 +33,10 @@ class PackedContext:
     # what reading reads when it is not these passages (the selected sentences of a deeper search:
     # `pipeline.retrieve`); the gate looks at the passages above either way
     read: "PackedContext | None" = None
+    # read="each": what the search found (its top reader.SUPPORT_FROM: the choice's evidence) and the
+    # query the choice matches sentences on (in a chat, the search form carrying the conversation)
+    found: tuple[Passage, ...] = ()
+    query: str = ""
 
     @property
     def reading(self) -> "PackedContext":

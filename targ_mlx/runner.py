@@ -22,12 +22,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence, Union
 
-from targ_mlx import gates, pipeline
+from targ_mlx import gates, pipeline, reader
 from targ_mlx.gates import DRAFT, SAMPLES, SEARCH, GateDecision, GateParams, Signals
 from targ_mlx.errors import NoRetrieverError
 from targ_mlx.records import Answer, Latency, PassageRef, TokenCounts
 from targ_mlx.retrieval import Retriever
 from targ_mlx.runtime.backbone import Backbone
+from targ_mlx.runtime import batch
 from targ_mlx.runtime.draft import Draft, continue_tokens, continue_with_stats, draft, generate_tokens
 
 
@@ -91,9 +92,55 @@ def evidence_of(packed) -> tuple[gates.Evidence, ...]:
     return tuple(gates.Evidence(p.title, float(p.score), p.bm25) for p in packed.passages)
 
 
-def _refs(packed, with_text: bool) -> tuple[PassageRef, ...]:
+def _refs(packed, with_text: bool, only: Sequence[int] | None = None) -> tuple[PassageRef, ...]:
+    """The packed passages as an answer keeps them (`only`: those at these places, the cited)."""
     return tuple(PassageRef(p.key, p.title, round(p.score, 6), p.text if with_text else "", p.bm25)
-                 for p in packed.passages)
+                 for i, p in enumerate(packed.passages) if only is None or i in only)
+
+
+def _read_each(bb: Backbone, q: str, packed, s: Any, turns, st: _Run, cancel: threading.Event | None = None):
+    """read="each": every passage read in its own prompt and the question alone, decoded as one
+    batch to reader.CANDIDATE_TOKENS; the answer is the candidate the evidence supports
+    (`reader.choose`), shown whole, then, if it had not ended, continued from its own prompt and
+    streamed to the answer cap. Returns (the prompt the chosen answer continues, the choice)."""
+    rows = pipeline.each_prompts(bb, q, packed, s.prompt_style, turns)
+    cap = min(s.max_tokens, reader.CANDIDATE_TOKENS)
+    t0 = time.perf_counter()
+    logits, cache = batch.prefill_batch(bb, rows)
+    st.lat["prefill"] += time.perf_counter() - t0
+    t0 = time.perf_counter()
+    dec = batch.decode_batch(bb, cache, logits, cap)
+    st.lat["decode"] += time.perf_counter() - t0
+    choice = pipeline.choose(bb, q, packed, dec.tokens, dec.logprobs, cap)
+    src = choice.answer.source  # CLOSED_BOOK (-1) is the last row: the question alone
+    st.out = list(dec.tokens[src])
+    if (ev := _texts_of(bb, st)) is not None:
+        yield ev
+    eos = bb.tokenizer.eos_ids
+    if st.out and st.out[-1] not in eos and len(st.out) < s.max_tokens:  # a long answer: go on with it alone
+        for tok in generate_tokens(bb, rows[src] + st.out, s.max_tokens - len(st.out), cancel, timing := {}):
+            st.out.append(tok)
+            if (ev := _texts(bb, st, tok)) is not None:
+                yield ev
+        st.lat["prefill"] += timing["prefill"]
+        st.lat["decode"] += timing["decode"]
+    return rows[src], choice
+
+
+def _texts_of(bb: Backbone, st: _Run) -> Text | None:
+    """The answer text of all of `st.out` at once (a chosen candidate is shown whole)."""
+    st.shown = [t for t in st.out if t not in bb.tokenizer.eos_ids]
+    text = bb.tokenizer.decode(st.shown).strip()
+    return Text(text) if text else None
+
+
+def _choice_why(choice) -> str:
+    """What the choice saw: the candidates, their votes and scores, the chosen first."""
+    def name(c):
+        return "memory" if c.source < 0 else f"passage {c.source + 1}"
+    parts = [f"{c.text or '(empty)'!r} from {name(c)} ({score:.2f}{f', {sup.votes} readings' if sup.votes > 1 else ''})"
+             for c, sup, score in choice.ranked[:4]]
+    return "; read one at a time, chose " + ", over ".join(parts)
 
 
 def _depth_why(packed, s: Any) -> str:
@@ -139,7 +186,8 @@ def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] |
         r = retriever() if callable(retriever) and not isinstance(retriever, Retriever) else retriever
         if r is None:
             raise NoRetrieverError()
-        packed, secs, searched = pipeline.retrieve(bb, r, q, s, len(prefix), turns, cancel)
+        said = pipeline.answer_text(bb, d.tokens, len(d.tokens))[0] if d is not None else ""
+        packed, secs, searched = pipeline.retrieve(bb, r, q, s, len(prefix), turns, cancel, said)
         st.lat["retrieval"] += secs
         return packed, searched
 
@@ -166,6 +214,7 @@ def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] |
     read = decision.retrieve and not unavailable
     rechecked_at = None
     final_ids = base_ids  # the prompt the answer continues
+    choice = None  # read="each": the candidates and the one chosen
     if not read and d is None:
         for tok in generate_tokens(bb, base_ids, s.max_tokens, cancel, timing := {}):
             st.out.append(tok)
@@ -198,16 +247,19 @@ def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] |
         if packed is None:
             packed, searched = search()
             yield Searched(_refs(packed, False), st.lat["retrieval"], searched)
-        final_ids = pipeline.prompt_ids(bb, q, s.prompt_style, packed.reading.text or None, turns)
-        ids = final_ids + prefix
-        st.out = list(prefix)
-        st.shown = [t for t in prefix if t not in bb.tokenizer.eos_ids]
-        for tok in generate_tokens(bb, ids, s.max_tokens - len(prefix), cancel, timing := {}):
-            st.out.append(tok)
-            if (ev := _texts(bb, st, tok)) is not None:
-                yield ev
-        st.lat["prefill"] += timing["prefill"]
-        st.lat["decode"] += timing["decode"]
+        if getattr(s, "read", "") == "each" and packed.reading.passages and not prefix:
+            final_ids, choice = yield from _read_each(bb, q, packed, s, turns, st, cancel)
+        else:
+            final_ids = pipeline.prompt_ids(bb, q, s.prompt_style, packed.reading.text or None, turns)
+            ids = final_ids + prefix
+            st.out = list(prefix)
+            st.shown = [t for t in prefix if t not in bb.tokenizer.eos_ids]
+            for tok in generate_tokens(bb, ids, s.max_tokens - len(prefix), cancel, timing := {}):
+                st.out.append(tok)
+                if (ev := _texts(bb, st, tok)) is not None:
+                    yield ev
+            st.lat["prefill"] += timing["prefill"]
+            st.lat["decode"] += timing["decode"]
 
     text, n_out = pipeline.answer_text(bb, st.out, s.max_tokens)
     out = st.out[: s.max_tokens]
@@ -218,10 +270,11 @@ def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] |
         question=q, answer=text, model=bb.model_id, gate=s.gate, tau=s.tau, score=decision.signal,
         retrieved=read, note=unavailable if (decision.retrieve or SEARCH in g.needs) and unavailable else "",
         k=s.k, beta=s.beta, n_samples=s.n_samples if SAMPLES in g.needs else 0, temperature=s.temperature,
-        scores=scores, passages=_refs(packed.reading, True) if read and packed is not None else (),
+        scores=scores, passages=(_refs(packed.reading, True, choice.cited if choice else None)
+                                 if read and packed is not None else ()),
         found=_refs(packed, False) if packed is not None else (), searched=packed is not None,
         reason=(decision.reason if not (rechecked_at and read) else f"re-check at token {rechecked_at} → read")
-        + (_depth_why(packed, s) if read and packed is not None else ""),
+        + (_depth_why(packed, s) if read and packed is not None else "") + (_choice_why(choice) if choice else ""),
         no_source=decision.no_source, confirmed=sig.confirmed, support=sig.support,
         tokens=TokenCounts(prompt=len(base_ids), draft=len(d.tokens) if d else 0,
                            context=packed.reading.tokens if read and packed is not None else 0, output=n_out,

@@ -55,6 +55,9 @@ class Settings:
     rewrite: str = DEFAULT_REWRITE  # how a follow-up becomes a standalone search query
     read: str = DEFAULT_READ  # what reading reads: the top-K passages, or the selected sentences of the top 20
     rerank: str = ""  # re-order the search's top 20 before reading: "" off, "llm", or a CrossEncoder name/path
+    # the closed-book draft as one more search route: question + draft searched beside the question
+    # and fused at this weight (0: off); only where a draft exists before the search (the evidence gate)
+    draft_route: float = 0.0
     depth_ratio: float = DEFAULT_DEPTH_RATIO  # read the top-K passages whose similarity is >= this x the most similar one's (0: all)
     # the evidence gate's calibration for this model (`Config.evidence_calibration`) and what it is:
     # "shipped", "default (pooled)", "user, 300 questions, <date>"; None: the shipped one for the model
@@ -95,6 +98,9 @@ class Settings:
         if not (isinstance(self.depth_ratio, (int, float)) and 0.0 <= self.depth_ratio <= 1.0):
             raise ValueError(f"depth_ratio must be a number from 0 to 1; got {self.depth_ratio!r}: pass --depth-ratio 0.98 "
                              "(0 reads all K passages)")
+        if not (isinstance(self.draft_route, (int, float)) and 0.0 <= self.draft_route <= 10.0):
+            raise ValueError(f"draft_route must be a weight from 0 to 10; got {self.draft_route!r}: pass --draft-route 1 "
+                             "(0: off)")
         if self.prompt_style not in PROMPT_STYLES:
             raise ValueError(f"prompt style {self.prompt_style!r} unknown; choose one of {', '.join(PROMPT_STYLES)}")
 

@@ -81,6 +81,31 @@ def test_answer_form_names_who_was_answered():
     assert "Leonardo" not in search_queries("when was he born?", history, "questions")[0]
 
 
+def test_an_answer_from_memory_alone_is_not_searched_with():
+    """A wrong answer the model gave from memory ("Tommaso di Ser Giovanni di Simone", Masaccio's
+    birth name) must not become the next question's search: the answer form is used only for an
+    answer read from a source or confirmed by one (Turn.grounded, from the decision log)."""
+    grounded = [Turn("who painted the mona lisa", "Leonardo da Vinci")]
+    unsourced = [Turn("who painted the mona lisa", "Tommaso di Ser Giovanni di Simone", False)]
+    assert any("leonardo" in q for q in search_queries("when was he born?", grounded))
+    assert not any("tommaso" in q.lower() for q in search_queries("when was he born?", unsourced))
+    assert not any("tommaso" in q.lower() for q in search_queries("when was he born?", unsourced, "answer"))
+    from targ_mlx.records import Answer, PassageRef
+
+    with DecisionLog(":memory:") as log:  # the log says which answers had a source
+        read = log.record(Answer(question="who painted the mona lisa", answer="Leonardo da Vinci", model="m", gate="always",
+                                 tau=0.0, score=None, retrieved=True, passages=(PassageRef(1, "Mona Lisa", 0.7),)),
+                          source="chat", session="s1")
+        memory = log.record(Answer(question="who was the first person to reach the south pole", answer="Ernest Shackleton",
+                                   model="m", gate="never", tau=0.0, score=None, retrieved=False), source="chat", session="s1")
+        for role, text, d in [("user", "who painted the mona lisa", None), ("assistant", "Leonardo da Vinci", read),
+                              ("user", "who was the first person to reach the south pole", None),
+                              ("assistant", "Ernest Shackleton", memory)]:
+            log.add_message("s1", role, text, d)
+        turns = turns_from_messages(log.messages("s1"), log.grounded)
+    assert [t.grounded for t in turns] == [True, False]
+
+
 def test_first_turn_is_searched_as_asked():
     first = CAST[0]
     assert not first["history"]

@@ -114,3 +114,62 @@ def _unsorted_ranking_and_ratio(retriever, questions: list[str]) -> tuple[str, f
             if best > 0 and lo > 0 and keep != sorted(keep, reverse=True):  # some kept passage ranks below a dropped one
                 return q, round((hi + lo) / 2 / best, 6)
     raise AssertionError("no question's BM25 ranking of the small index is out of similarity order")
+
+
+def test_read_each_asked_and_evaluated_choose_the_same_answer_and_cite_what_holds_it(
+        backbone, small_index_dir, small_index_questions):
+    """read="each": every distinct passage in its own prompt, the question alone as one more, the
+    answer chosen by evidence; `targ ask` and the eval's batched record take the same path."""
+    from targ_mlx import reader
+
+    retriever = open_retriever(small_index_dir)
+    s = RecordSettings(k_max=8, ks=(8,), max_tokens=12, baselines=False, read="each")
+    rows = small_index_questions[:4]
+    recs = record_batch(backbone, retriever, [QAItem(q["id"], q["question"], tuple(q["answers"])) for q in rows], s)
+    a = Assistant(backbone, retriever, Settings(k=8, max_tokens=12, top_k=s.top_k, context_tokens=s.context_tokens,
+                                                prompt_style=s.prompt_style, read="each"))
+    for q, rec in zip(rows, recs):
+        ans = a.answer(q["question"], gate="always")
+        cands = rec.always["candidates"]
+        assert len(cands) == reader.READ_EACH + 1 and cands[-1]["source"] == reader.CLOSED_BOOK
+        assert ans.answer == rec.always["answer"] and ans.answer in [c["text"] for c in cands]
+        assert len({p[1] for p in rec.always["read"]}) == len(rec.always["read"])  # one passage per topic
+        assert "read one at a time, chose" in ans.reason
+        chosen = next(c for c in cands if c["text"] == ans.answer)
+        said = reader.claim(ans.answer, q["question"])
+        read = [r[1] for r in rec.always["read"]]
+        source = read[chosen["source"]] if chosen["source"] >= 0 else None
+        for p in ans.passages:  # cited: the passage it came from, or one whose sentence says it
+            assert p.title in read
+            assert p.title == source or any(
+                reader.held(said, set(reader.normalize(x).split()), set(reader.normalize(p.title).split()))
+                >= reader.MIN_HOLD for x in reader.sentences(p.text))
+
+
+def test_a_wrong_draft_adds_a_ranking_and_never_replaces_the_questions_own(backbone, small_index_dir,
+                                                                            small_index_questions):
+    """The draft as a search route: question + draft is fused beside the question's own ranking.
+    A wrong draft ("Napoleon ...") may bring its passages in, but the question's own top 3 lead the
+    top 5 in their order (plain rank fusion let passages both rankings hold half-way down push the
+    question's own 2nd out); a right one (the gold answer) never moves the gold passage down."""
+    from targ_mlx import retrieval
+
+    r = open_retriever(small_index_dir)
+    s = Settings(draft_route=1.0, top_k=5)
+    added = 0
+    for row in small_index_questions[:12]:
+        q = row["question"]
+        own = r.search(q, 20)
+        wrong, _, searched = pipeline.retrieve(backbone, r, q, s, draft="Napoleon Bonaparte, crowned in Paris in 1804")
+        assert searched == f"{q}{pipeline.QUERY_SEPARATOR}{retrieval.draft_query(q, 'Napoleon Bonaparte, crowned in Paris in 1804')}"
+        assert [p.key for p in wrong.passages[:3]] == [p.key for p in own[:3]]
+        added += [p.key for p in wrong.passages] != [p.key for p in own[:5]]  # the route brought its own in
+        right, _, _ = pipeline.retrieve(backbone, r, q, s, draft=row["answers"][0])
+        rank = lambda ps: next((i for i, p in enumerate(ps) if p.title == row["gold_title"]), 99)  # noqa: E731
+        assert rank(right.passages) <= rank(own[:5])
+    assert added >= 1
+    # off (the default), or no draft: the question's own ranking alone
+    plain, _, searched = pipeline.retrieve(backbone, r, small_index_questions[0]["question"], Settings(top_k=5),
+                                           draft="Napoleon")
+    assert [p.key for p in plain.passages] == [p.key for p in r.search(small_index_questions[0]["question"], 5)]
+    assert pipeline.QUERY_SEPARATOR not in searched

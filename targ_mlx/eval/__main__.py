@@ -19,7 +19,7 @@ from targ_mlx.eval.datasets import DATASETS, DEFAULT_LIMIT, dataset_name, load_h
 from targ_mlx.eval.record import DEFAULT_CONTEXT_TOKENS, DEFAULT_K, EVAL_PROMPT, K_MAX, RecordSettings
 from targ_mlx.eval.run import DEFAULT_BATCH, DEFAULT_LATENCY_SAMPLE
 from targ_mlx.defaults import (DEFAULT_BETA, DEFAULT_N_SAMPLES, DEFAULT_READ, DEFAULT_TEMPERATURE, DEFAULT_TOP_K,
-                               PROMPT_STYLES, READ_MODES)
+                               PROMPT_STYLES, READ_EACH, READ_MODES)
 from targ_mlx.retrieval import RETRIEVER_HELP, RETRIEVERS
 
 logger = logging.getLogger(__name__)
@@ -50,6 +50,9 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--read", choices=READ_MODES, default=DEFAULT_READ,
                    help=f"what the Always branch reads: the top-K passages (default {DEFAULT_READ}), or the selected "
                         "sentences of the search's top 20 in the same budget (records' always.read, always.read_hit)")
+    p.add_argument("--each", type=int, default=READ_EACH, metavar="M",
+                   help=f"--read each: distinct passages read one at a time and recorded as candidates; the Always "
+                        f"answer is chosen among the first {READ_EACH} (default {READ_EACH})")
     p.add_argument("--depth-ratio", type=float, default=0.0, metavar="R",
                    help="Always reads the top-K passages whose similarity is >= R x the most similar one's (default 0: all K)")
     p.add_argument("--rerank", default="", metavar="NAME|PATH|llm",
@@ -137,7 +140,7 @@ def evaluate_dataset(name, items, args, out: Path, bb, retriever, log, session, 
     s = RecordSettings(k_max=args.k_max, n_samples=args.n_samples, temperature=args.temp, beta=args.beta,
                        top_k=args.top_k, context_tokens=args.context_tokens,
                        max_tokens=args.max_tokens or max_tokens_for(name), prompt_style=args.prompt, seed=args.seed,
-                       baselines=not args.no_baselines, read=args.read, rerank=args.rerank,
+                       baselines=not args.no_baselines, read=args.read, rerank=args.rerank, each=args.each,
                        depth_ratio=args.depth_ratio)
     s = replace(s, ks=tuple(k for k in s.ks if k <= s.k_max) or (s.k_max,))
     run_info: dict = {}

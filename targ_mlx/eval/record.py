@@ -10,10 +10,10 @@ baselines. Sweeps, tables and plots read these records and never run the model a
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Sequence
 
-from targ_mlx import gates, pipeline
+from targ_mlx import gates, pipeline, reader
 from targ_mlx.runtime import batch
 from targ_mlx.runtime.backbone import Backbone
 from targ_mlx.defaults import (  # noqa: F401  (DEFAULT_K: the eval CLI's default k)
@@ -58,6 +58,10 @@ class RecordSettings:
     read: str = DEFAULT_READ  # what the Always branch reads: the top-K passages, or the selected sentences
     rerank: str = ""  # re-order the top 20 before packing ("" off, "llm", a CrossEncoder): `targ_mlx.rerank`
     depth_ratio: float = 0.0  # Always reads the top-K passages whose similarity is >= this x the most similar one's (0: all K)
+    # read="each": distinct passages read one at a time and kept as candidates (always.candidates);
+    # the Always answer is chosen among the first reader.READ_EACH of them (and the closed-book
+    # one), so a record of more scores fewer offline (scripts/bench/bench_reader.py)
+    each: int = reader.READ_EACH
 
 
 @dataclass
@@ -171,8 +175,12 @@ def _context_part(bb: Backbone, items: Sequence[QAItem], found: Sequence[Sequenc
     cost["retrieval"] = cost.get("retrieval", 0.0) + time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    rag_ids = [pipeline.prompt_ids(bb, q, s.prompt_style, p.reading.text or None) for q, p in zip(qs, packed)]
-    always = batch.greedy_batch(bb, rag_ids, s.max_tokens)
+    each = [None] * len(items)
+    if s.read == "each":
+        answers, each = _read_each(bb, qs, packed, items, s)
+    else:
+        rag_ids = [pipeline.prompt_ids(bb, q, s.prompt_style, p.reading.text or None) for q, p in zip(qs, packed)]
+        answers = batch.greedy_batch(bb, rag_ids, s.max_tokens).tokens
     cost["always"] = time.perf_counter() - t0
 
     p_rel: list[float | None] = [None] * len(items)
@@ -184,16 +192,49 @@ def _context_part(bb: Backbone, items: Sequence[QAItem], found: Sequence[Sequenc
                              yes, no)
         cost["probes"] = cost.get("probes", 0.0) + time.perf_counter() - t0
     branches = []
-    for it, q, p, toks, hits, d in zip(items, qs, packed, always.tokens, found, drafts):
+    for it, q, p, toks, hits, d, cands in zip(items, qs, packed, answers, found, drafts, each):
         a_ans, a_len = pipeline.answer_text(bb, toks, s.max_tokens)
         branches.append({"answer": a_ans, **score_all(a_ans, it.answers), "tok_out": a_len,
                          "tok_ctx": p.reading.tokens, "passages": [passage_row(x) for x in p.passages],
                          "confirms": {str(k): int(pipeline.confirms(tok, d[:k], p.text, q)) for k in s.ks},
                          "support": round(pipeline.support_of(q, p), 4),
                          "hit": contains(" ".join(h.text for h in hits[: s.top_k]), it.answers)}
-                        | ({"read": [passage_row(x) for x in p.read.passages],
-                            "read_hit": contains(p.read.text, it.answers)} if p.read is not None else {}))
+                        | {"read_hit": contains(p.reading.text, it.answers)}  # in what was read, as cut
+                        | ({"read": [passage_row(x) for x in p.read.passages]} if p.read is not None else {})
+                        | ({"candidates": cands} if cands is not None else {}))
     return branches, p_rel
+
+
+def _read_each(bb: Backbone, qs: Sequence[str], packed: Sequence, items: Sequence[QAItem],
+               s: RecordSettings) -> tuple[list[list[int]], list[list[dict]]]:
+    """read="each" for a batch of questions: every question's passages (its first `s.each`
+    distinct ones) and the question alone, decoded in one batch; the answer chosen among the
+    first reader.READ_EACH and the closed-book one, as `targ ask` chooses it. Returns each
+    question's chosen tokens and its candidates as records keep them: text, mean log p, source
+    (CLOSED_BOOK: -1), the support features, and whether it and its passage hold a gold answer."""
+    rows = [pipeline.each_prompts(bb, q, p, s.prompt_style) for q, p in zip(qs, packed)]
+    dec = batch.greedy_batch(bb, [r for rs in rows for r in rs], s.max_tokens)
+    chosen, kept, at = [], [], 0
+    for q, p, rs, it in zip(qs, packed, rows, items):
+        toks, lps = dec.tokens[at: at + len(rs)], dec.logprobs[at: at + len(rs)]
+        at += len(rs)
+        first = min(reader.READ_EACH, len(rs) - 1)  # what `targ ask` would have read
+        pick = list(range(first)) + [len(rs) - 1]
+        choice = pipeline.choose(bb, q, replace(p, read=replace(p.reading, passages=p.reading.passages[:first])),
+                                 [toks[i] for i in pick], [lps[i] for i in pick], s.max_tokens)
+        src = choice.answer.source
+        chosen.append(toks[src if src >= 0 else len(rs) - 1])
+        evidence = p.found or p.passages
+        rows_out = []
+        for i, (t, lp) in enumerate(zip(toks, lps)):
+            c = pipeline.candidate(bb, t, lp, i if i < len(rs) - 1 else reader.CLOSED_BOOK, s.max_tokens)
+            sup = reader.support(p.query or q, c.text, evidence, c.logprob)
+            rows_out.append({"text": c.text, "logprob": round(c.logprob, 4), "source": c.source,
+                             "sentence": round(sup.sentence, 4), "rank": round(sup.rank, 4), "typed": sup.typed,
+                             "acc": contains(c.text, it.answers),
+                             "hit": contains(p.reading.passages[i].text, it.answers) if c.source >= 0 else None})
+        kept.append(rows_out)
+    return chosen, kept
 
 
 def record_batch(bb: Backbone, retriever, items: Sequence[QAItem], s: RecordSettings, batch_no: int = 0,

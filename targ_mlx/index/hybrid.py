@@ -71,7 +71,8 @@ class HybridRetriever:
         self._complete(ranked, vecs)
         return [[replace(p, bm25=bm25[p.key]) for p in found if not np.isnan(p.score)] for found, bm25, _ in ranked]
 
-    def search_fused(self, queries: Sequence[str], k: int, weights: Sequence[float] | None = None) -> list[Passage]:
+    def search_fused(self, queries: Sequence[str], k: int, weights: Sequence[float] | None = None,
+                     keep: int = 0) -> list[Passage]:
         """What `retrieval.search_fused` returns for several queries of one question (each ranked
         FUSE_DEPTH deep, fused by rank), with text and cosine looked up or encoded for the fused
         top `k` only: a BM25-only folder encodes k passages, not FUSE_DEPTH per query. Each keeps
@@ -81,7 +82,7 @@ class HybridRetriever:
         if not queries:  # as search_batch: nothing asked, nothing encoded
             return []
         vecs, ranked = self._ranked(queries, max(k, FUSE_DEPTH))
-        top = fuse([found for found, _, _ in ranked], k, weights=weights)
+        top = fuse([found for found, _, _ in ranked], k, weights=weights, keep=keep)
         first: dict[int, int] = {}
         for i, (found, _, _) in enumerate(ranked):
             for p in found:

@@ -162,6 +162,17 @@ class DecisionLog(Transcript):
             raise UnknownDecisionError(f"No decision with id {decision_id} in {self.path}")
         return _decode(rows[0])
 
+    def grounded(self, decision_id: int) -> bool:
+        """Whether that decision's answer was read from a source it cites, or confirmed by the
+        search (its draft's claim words in what was found): what a chat may search with next
+        (`conversation.Turn.grounded`). A decision no longer in the log counts as grounded (its
+        answer is used as it was before the log kept this)."""
+        try:
+            row = self.get(decision_id)
+        except UnknownDecisionError:
+            return True
+        return bool(row.get("retrieved") and row.get("passages")) or bool((row.get("extra") or {}).get("confirmed"))
+
     def rows(
         self,
         *,

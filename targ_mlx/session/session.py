@@ -212,8 +212,9 @@ class Session:
         return self.log.messages(self.session) if isinstance(self.log, DecisionLog) else []
 
     def history(self) -> list:
-        """This chat's earlier (question, answer) turns, oldest first."""
-        return turns_from_messages(self.transcript())
+        """This chat's earlier (question, answer) turns, oldest first, each marked grounded where its
+        answer was read from a source it cites or confirmed by the search (`Turn.grounded`)."""
+        return turns_from_messages(self.transcript(), self.log.grounded if isinstance(self.log, DecisionLog) else None)
 
     def ask(self, question: str, *, cancel: threading.Event | None = None, **overrides) -> Iterator[runner.Event]:
         """One turn of this chat: yields the runner's events (Drafted, Searched, Decided, Text...,

@@ -1,0 +1,94 @@
+"""Seconds a reading answer takes at batch 1, one reader against another, side by side in one
+process (issue 55's target: read="each" within 1.3x of the single prompt).
+
+Each question is asked with `--gate always` through the one answer runner (`targ ask`'s path:
+search, pack, read, answer) once per reader, the order alternating per question so drift on a
+shared machine cancels; the apps' settings otherwise (the paper prompt, 1,024 context tokens,
+256-token answer cap). Reports the median seconds each way (total, and its search / prefill /
+decode parts), the ratio of medians and the median of per-question ratios, and the share of read
+passage slots whose title repeats one read before (the duplicates "distinct" and "each" drop).
+
+    python scripts/bench/bench_reader_latency.py --index index/large-bm25 --model qwen2.5-coder-1.5b --n 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+from datetime import date
+
+from targ_mlx import bind_openblas
+
+bind_openblas()  # before mlx.core loads
+
+from targ_mlx.assistant import Assistant, Settings  # noqa: E402
+from targ_mlx.config import Config  # noqa: E402
+from targ_mlx.defaults import DEFAULT_PROMPT  # noqa: E402
+from targ_mlx.index import open_indexes  # noqa: E402
+from targ_mlx.matching import normalize  # noqa: E402
+from targ_mlx.runtime.backbone import load_backbone  # noqa: E402
+
+DATA = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data", "qa", "nq_open_dev.jsonl")
+
+
+def repeats(titles: list[str]) -> int:
+    seen, n = set(), 0
+    for t in map(normalize, titles):
+        n += t in seen
+        seen.add(t)
+    return n
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--index", required=True)
+    ap.add_argument("--retriever", default=None)
+    ap.add_argument("--model", default="qwen2.5-coder-1.5b")
+    ap.add_argument("--data-file", default=DATA)
+    ap.add_argument("--n", type=int, default=20)
+    ap.add_argument("--offset", type=int, default=500, help="first question (past the eval's 500)")
+    ap.add_argument("--readers", default="passages,each")
+    ap.add_argument("--json")
+    args = ap.parse_args(argv)
+    with open(args.data_file) as f:
+        questions = [json.loads(line)["question"] for line in f][args.offset: args.offset + args.n]
+    readers = args.readers.split(",")
+    bb = load_backbone(args.model)
+    r = open_indexes([args.index], retriever=args.retriever)
+    cfg = Config()
+    base = dict(gate="always", max_tokens=cfg.max_tokens, context_tokens=cfg.context_tokens, prompt_style=DEFAULT_PROMPT)
+    asks = {m: Assistant(bb, r, Settings(read=m, **base)) for m in readers}
+    asks[readers[0]].answer(questions[0])  # warm-up: weights touched, graphs built
+    times = {m: [] for m in readers}
+    parts = {m: {"retrieval": [], "prefill": [], "decode": []} for m in readers}
+    slots = {m: [0, 0] for m in readers}
+    for i, q in enumerate(questions):
+        for m in (readers if i % 2 == 0 else readers[::-1]):
+            ans = asks[m].answer(q)
+            times[m].append(ans.latency.total)
+            for k in parts[m]:
+                parts[m][k].append(getattr(ans.latency, k))
+            titles = [p.title for p in ans.passages]  # read ("each": the cited, of distinct topics read)
+            slots[m][0] += repeats(titles)
+            slots[m][1] += len(titles)
+    a, b = readers[1], readers[0]
+    out = {
+        "date": str(date.today()), "machine": platform.processor() or platform.machine(), "model": args.model,
+        "index": args.index, "n": len(questions),
+        "median_s": {m: statistics.median(v) for m, v in times.items()},
+        "parts_median_s": {m: {k: statistics.median(v) for k, v in p.items()} for m, p in parts.items()},
+        "ratio_of_medians": statistics.median(times[a]) / statistics.median(times[b]),
+        "median_ratio": statistics.median(x / y for x, y in zip(times[a], times[b])),
+        "repeated_title_share": {m: s[0] / s[1] if s[1] else 0.0 for m, s in slots.items()},
+    }
+    print(json.dumps(out, indent=2))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
