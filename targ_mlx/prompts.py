@@ -51,7 +51,7 @@ def _user_turn(question: str, context: str | None) -> str:
 
 def _pairs(turns: Sequence[tuple[str, str]]) -> list[dict]:
     out = []
-    for q, a in turns:
+    for q, a, *_ in turns:  # a conversation.Turn also says whether its answer had a source
         out += [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
     return out
 

@@ -104,6 +104,10 @@ def test_an_answer_from_memory_alone_is_not_searched_with():
             log.add_message("s1", role, text, d)
         turns = turns_from_messages(log.messages("s1"), log.grounded)
     assert [t.grounded for t in turns] == [True, False]
+    from targ_mlx.prompts import messages  # and such turns still go into the prompt as (question, answer)
+
+    assert [m["content"] for m in messages("when was he born?", history=turns)][1:4] == [
+        "who painted the mona lisa", "Leonardo da Vinci", "who was the first person to reach the south pole"]
 
 
 def test_first_turn_is_searched_as_asked():
