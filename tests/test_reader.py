@@ -61,14 +61,18 @@ SOUTH_POLE = [
 
 
 def test_the_sentence_that_holds_the_answer_and_the_question_beats_the_majority():
+    """The 1.5B's readings of the question (as `targ ask --read each` gave them over the large
+    index): "Ernest Shackleton" from History of Antarctica and again from memory, in a sentence;
+    "Roald Amundsen" from his article. The majority says Shackleton."""
     q = "who was the first person to reach the south pole"
     cands = [Candidate("Ernest Shackleton", -0.01, 0), Candidate("Robert Peary", -0.02, 1),
-             Candidate("Roald Amundsen", -0.01, 2), Candidate("Ernest Shackleton", -0.03, 3),
-             Candidate("Ernest Shackleton", -0.2, CLOSED_BOOK)]
-    got = choose(q, cands, SOUTH_POLE, SOUTH_POLE[:4])
+             Candidate("Roald Amundsen", -0.01, 2),
+             Candidate("The first person to reach the South Pole was Sir Ernest Shackleton on January 14, 1911.", -0.2,
+                       CLOSED_BOOK)]
+    got = choose(q, cands, SOUTH_POLE, SOUTH_POLE[:3])
     assert got.answer.text == "Roald Amundsen"
     ranked = {c.text: sup for c, sup, _ in got.ranked}
-    assert ranked["Ernest Shackleton"].votes == 3 and ranked["Roald Amundsen"].votes == 1
+    assert max(sup.votes for sup in ranked.values()) == 2 and ranked["Roald Amundsen"].votes == 1  # outvoted
     assert got.cited == (2,)  # only the passage that says it
 
 
@@ -112,3 +116,24 @@ def test_the_choice_picks_the_gold_passages_answer_over_what_the_top_distractor_
         won += got.answer.text == answer
     assert asked >= 30
     assert won / asked >= 0.8, f"chose the supported answer for {won} of {asked}"
+
+
+def test_an_answer_that_restates_the_question_has_no_support():
+    """The 1.5B read "San Jose Sharks" passages and twice answered "San Jose" to "where do the sharks play
+    in san jose": every sentence naming the city would otherwise "hold" it with the whole question."""
+    q = "where do the sharks play in san jose"
+    ps = [Passage(1, "San Jose Sharks", "The San Jose Sharks are a professional ice hockey team based in San Jose, "
+                  "California. The Sharks play their home games at the SAP Center in San Jose.", 0.6)]
+    got = choose(q, [Candidate("San Jose", -0.01, 0), Candidate("San Jose", -0.05, 1), Candidate("SAP Center", -0.2, 2)],
+                 ps, ps)
+    assert got.answer.text == "SAP Center"
+    assert reader.claim("San Jose", q) == set()
+
+
+def test_a_partial_name_votes_for_the_fuller_answer_that_contains_it():
+    q = "who is regarded as the founder of psychoanalysis"
+    ps = [Passage(1, "Psychoanalysis", "Psychoanalysis is a set of theories founded by the Austrian neurologist "
+                  "Sigmund Freud. Freud developed it in Vienna in the 1890s.", 0.6)]
+    got = choose(q, [Candidate("Freud", -0.03, 0), Candidate("Freud", -0.004, 1), Candidate("Sigmund Freud", -0.008, 2)],
+                 ps, ps)
+    assert got.answer.text == "Sigmund Freud" and got.ranked[0][1].votes == 3 and len(got.ranked) == 1

@@ -29,6 +29,7 @@ import json
 import platform
 import statistics
 import subprocess
+import sys
 import time
 from datetime import date
 from pathlib import Path
@@ -37,7 +38,7 @@ from targ_mlx import bind_openblas
 
 bind_openblas()  # before mlx.core loads
 
-from targ_mlx import rerank, selection  # noqa: E402
+from targ_mlx import reader, rerank, selection  # noqa: E402
 from targ_mlx.eval.datasets import read_jsonl, sample  # noqa: E402
 from targ_mlx.eval.metrics import contains  # noqa: E402
 from targ_mlx.index.merged import open_indexes  # noqa: E402
@@ -58,9 +59,14 @@ def measure(items, found, tok, budget: int, select_from: int = selection.SELECT_
     over the same searches."""
     encode, decode = tok.encode, tok.decode
     count = lambda s: len(encode(s))  # noqa: E731
-    top5, sel, t5_tok, sel_tok, secs = [], [], [], [], []
+    top5, sel, t5_tok, sel_tok, secs, dist, dups, slots = [], [], [], [], [], [], 0, 0
     for it, ps in zip(items, found):
         a = pack_context(ps[:5], budget, encode, decode)
+        # the top 5 distinct topics in the same budget (`--read distinct`), and how many of the top
+        # 5's packed slots repeat a topic packed before them
+        dist.append(contains(pack_context(reader.distinct(ps, 5), budget, encode, decode).text, it.answers))
+        slots += len(a.passages)
+        dups += len(a.passages) - len(reader.distinct(a.passages, len(a.passages)))
         t0 = time.perf_counter()
         chosen = selection.select(it.question, ps[:select_from], budget, count, **params)
         b = pack_context(chosen, budget, encode, decode)
@@ -69,7 +75,8 @@ def measure(items, found, tok, budget: int, select_from: int = selection.SELECT_
         sel.append(contains(b.text, it.answers))
         t5_tok.append(a.tokens)
         sel_tok.append(b.tokens)
-    return {"top5": statistics.mean(top5), "selection": statistics.mean(sel), "top5_tokens": statistics.mean(t5_tok),
+    return {"top5": statistics.mean(top5), "selection": statistics.mean(sel), "distinct": statistics.mean(dist),
+            "top5_duplicate_share": dups / max(1, slots), "top5_tokens": statistics.mean(t5_tok),
             "selection_tokens": statistics.mean(sel_tok), "selection_ms": 1000 * statistics.mean(secs),
             **{f"hit@{n}": hit_at(items, found, n) for n in (5, 20, select_from)}, "n": len(items),
             "paired": {"both": sum(a and b for a, b in zip(top5, sel)), "top5_only": sum(a and not b for a, b in zip(top5, sel)),
@@ -130,6 +137,11 @@ def main(argv=None) -> int:
     for spec in args.index:
         name, folder = spec.split("=", 1)
         retriever = open_indexes([Path(folder)])
+        if not (Path(folder) / "vectors.usearch").is_file():  # BM25-only: its order, no cosine encoded
+            sys.path.insert(0, str(Path(__file__).parent))
+            from bm25_only import BM25Only
+
+            retriever = BM25Only(folder)
         params = dict(size=selection.WINDOW, rank_weight=selection.RANK_WEIGHT)
         if args.tune:
             dev = {}
