@@ -105,7 +105,7 @@ def main() -> None:
             if single_root and (single_root / name / "records.jsonl").is_file():
                 single = {r["id"]: r for r in load(single_root / name)[1]}
             dev, test = split(len(recs), args.seed, pool=split_pool(cfg))
-            label = f"{each.parent.name}/{name}" if len(args.each) > 1 else name
+            label = f"{each}/{name}" if len(args.each) > 1 else name
             data[label] = dict(recs=recs, found=found, single=single, dev=set(dev.tolist()), test=set(test.tolist()))
             print(f"{label}: {len(recs)} records, dev {len(dev)}, test {len(test)}, single {len(single)}", file=sys.stderr)
     most = min(max(c["source"] for r in d["recs"] for c in r["always"]["candidates"]) + 1 for d in data.values())
