@@ -140,7 +140,8 @@ def _choice_why(choice) -> str:
         return "memory" if c.source < 0 else f"passage {c.source + 1}"
     parts = [f"{c.text or '(empty)'!r} from {name(c)} ({score:.2f}{f', {sup.votes} readings' if sup.votes > 1 else ''})"
              for c, sup, score in choice.ranked[:4]]
-    return "; read one at a time, chose " + ", over ".join(parts)
+    n = sum(1 for c, sup, _ in choice.ranked for _ in range(sup.votes)) - 1  # readings of passages
+    return f"; read {n} distinct passages one at a time, chose " + ", over ".join(parts)
 
 
 def _depth_why(packed, s: Any) -> str:
