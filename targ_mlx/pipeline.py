@@ -131,16 +131,19 @@ def candidate(bb: Backbone, tokens: Sequence[int], logprobs: Sequence[float], so
     return reader.Candidate(text, sum(logprobs[:n]) / n if n else -math.inf, source, kept)
 
 
-def choose(bb: Backbone, question: str, packed: prompts.PackedContext, rows: Sequence[Sequence[int]],
-           logprobs: Sequence[Sequence[float]], cap: int) -> reader.Choice:
-    """The answer of read="each": `rows` (the tokens each prompt of `each_prompts` gave, with their
-    log-probabilities; the question alone last) as candidates, chosen by the evidence in what the
-    search found."""
+def candidates(bb: Backbone, rows: Sequence[Sequence[int]], logprobs: Sequence[Sequence[float]],
+               cap: int) -> list[reader.Candidate]:
+    """read="each": what each prompt of `each_prompts` gave (its tokens and their log-probabilities;
+    the question alone last) as candidates."""
     last = len(rows) - 1
-    cands = [candidate(bb, t, lp, i if i < last else reader.CLOSED_BOOK, cap)
-             for i, (t, lp) in enumerate(zip(rows, logprobs))]
-    return reader.choose(packed.query or question, cands, packed.found or packed.passages,
-                         packed.reading.passages)
+    return [candidate(bb, t, lp, i if i < last else reader.CLOSED_BOOK, cap)
+            for i, (t, lp) in enumerate(zip(rows, logprobs))]
+
+
+def choose(question: str, packed: prompts.PackedContext, cands: Sequence[reader.Candidate]) -> reader.Choice:
+    """The answer of read="each": the candidate the evidence in what the search found supports,
+    judged against the search form that carries a chat's context."""
+    return reader.choose(packed.query or question, cands, packed.found or packed.passages, packed.reading.passages)
 
 
 def retrieve(bb: Backbone, retriever, question: str, s: Any, prefix_tokens: int = 0,

@@ -111,10 +111,9 @@ def _read_each(bb: Backbone, q: str, packed, s: Any, turns, st: _Run, cancel: th
     t0 = time.perf_counter()
     dec = batch.decode_batch(bb, cache, logits, cap)
     st.lat["decode"] += time.perf_counter() - t0
-    choice = pipeline.choose(bb, q, packed, dec.tokens, dec.logprobs, cap)
+    choice = pipeline.choose(q, packed, pipeline.candidates(bb, dec.tokens, dec.logprobs, cap))
     src = choice.answer.source  # CLOSED_BOOK (-1) is the last row: the question alone
-    st.out = list(dec.tokens[src])
-    if (ev := _texts_of(bb, st)) is not None:
+    if (ev := _texts_of(bb, st, dec.tokens[src])) is not None:
         yield ev
     eos = bb.tokenizer.eos_ids
     if st.out and st.out[-1] not in eos and len(st.out) < s.max_tokens:  # a long answer: go on with it alone
@@ -127,11 +126,13 @@ def _read_each(bb: Backbone, q: str, packed, s: Any, turns, st: _Run, cancel: th
     return rows[src], choice
 
 
-def _texts_of(bb: Backbone, st: _Run) -> Text | None:
-    """The answer text of all of `st.out` at once (a chosen candidate is shown whole)."""
-    st.shown = [t for t in st.out if t not in bb.tokenizer.eos_ids]
-    text = bb.tokenizer.decode(st.shown).strip()
-    return Text(text) if text else None
+def _texts_of(bb: Backbone, st: _Run, tokens: Sequence[int]) -> Text | None:
+    """`tokens` as the answer so far, shown at once (a draft kept, a chosen candidate): the last
+    Text `_texts` gives over them."""
+    st.out, st.shown, shown = list(tokens), [], None
+    for tok in tokens:
+        shown = _texts(bb, st, tok) or shown
+    return shown
 
 
 def _choice_why(choice) -> str:
@@ -140,7 +141,7 @@ def _choice_why(choice) -> str:
         return "memory" if c.source < 0 else f"passage {c.source + 1}"
     parts = [f"{c.text or '(empty)'!r} from {name(c)} ({score:.2f}{f', {sup.votes} readings' if sup.votes > 1 else ''})"
              for c, sup, score in choice.ranked[:4]]
-    n = sum(1 for c, sup, _ in choice.ranked for _ in range(sup.votes)) - 1  # readings of passages
+    n = sum(sup.votes for _, sup, _ in choice.ranked) - 1  # every reading but the closed-book one
     return f"; read {n} distinct passages one at a time, chose " + ", over ".join(parts)
 
 
@@ -187,7 +188,8 @@ def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] |
         r = retriever() if callable(retriever) and not isinstance(retriever, Retriever) else retriever
         if r is None:
             raise NoRetrieverError()
-        said = pipeline.answer_text(bb, d.tokens, len(d.tokens))[0] if d is not None else ""
+        routed = d is not None and getattr(s, "draft_route", 0.0) > 0  # the draft as a search route: its text
+        said = pipeline.answer_text(bb, d.tokens, len(d.tokens))[0] if routed else ""
         packed, secs, searched = pipeline.retrieve(bb, r, q, s, len(prefix), turns, cancel, said)
         st.lat["retrieval"] += secs
         return packed, searched
@@ -223,11 +225,7 @@ def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] |
                 yield ev
         st.lat["prefill"], st.lat["decode"] = timing["prefill"], timing["decode"]
     elif not read:
-        st.out = list(d.tokens)
-        shown = None  # the draft is already decoded: one Text for all of it
-        for tok in d.tokens:
-            shown = _texts(bb, st, tok) or shown
-        if shown is not None:
+        if (shown := _texts_of(bb, st, d.tokens)) is not None:  # the draft is already decoded: one Text
             yield shown
         t0 = time.perf_counter()
         if pipeline.rechecks(s, d) and not unavailable:

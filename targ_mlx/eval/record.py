@@ -218,16 +218,14 @@ def _read_each(bb: Backbone, qs: Sequence[str], packed: Sequence, items: Sequenc
     for q, p, rs, it in zip(qs, packed, rows, items):
         toks, lps = dec.tokens[at: at + len(rs)], dec.logprobs[at: at + len(rs)]
         at += len(rs)
+        cands = pipeline.candidates(bb, toks, lps, s.max_tokens)
         first = min(reader.READ_EACH, len(rs) - 1)  # what `targ ask` would have read
-        pick = list(range(first)) + [len(rs) - 1]
-        choice = pipeline.choose(bb, q, replace(p, read=replace(p.reading, passages=p.reading.passages[:first])),
-                                 [toks[i] for i in pick], [lps[i] for i in pick], s.max_tokens)
-        src = choice.answer.source
-        chosen.append(toks[src if src >= 0 else len(rs) - 1])
+        choice = pipeline.choose(q, replace(p, read=replace(p.reading, passages=p.reading.passages[:first])),
+                                 cands[:first] + cands[-1:])
+        chosen.append(toks[choice.answer.source])  # CLOSED_BOOK (-1): the last row
         evidence = p.found or p.passages
         rows_out = []
-        for i, (t, lp) in enumerate(zip(toks, lps)):
-            c = pipeline.candidate(bb, t, lp, i if i < len(rs) - 1 else reader.CLOSED_BOOK, s.max_tokens)
+        for i, c in enumerate(cands):
             sup = reader.support(p.query or q, c.text, evidence, c.logprob)
             rows_out.append({"text": c.text, "logprob": round(c.logprob, 4), "source": c.source,
                              "sentence": round(sup.sentence, 4), "rank": round(sup.rank, 4), "typed": sup.typed,
