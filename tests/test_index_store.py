@@ -167,3 +167,33 @@ def test_progress_bar_shows_rate_and_eta():
     bar(100, 100)
     text = out.getvalue()
     assert "50/100 chunks" in text and "passages/s" in text and "ETA" in text and text.endswith("\n")
+
+
+def test_a_publish_between_the_vectors_and_the_passages_opens_the_new_index(index_copy, monkeypatch):
+    """The race CI met: the vectors opened from the old folder, then `publish` moved it aside, and the
+    passages' SQLite file was opened before the new folder took its place. The open must retry and return the new index whole, not
+    raise sqlite3's 'unable to open database file'."""
+    import sqlite3
+
+    from targ_mlx.index import retriever as retriever_module
+    from targ_mlx.index.store import partial_dir
+
+    new = shutil.copytree(index_copy, partial_dir(index_copy))
+    old = index_copy.with_name(index_copy.name + ".old")
+    real_connect, swapped = sqlite3.connect, []
+
+    def connect_between_the_renames(*args, **kwargs):  # the folder is gone for this one connect
+        if swapped:
+            return real_connect(*args, **kwargs)
+        index_copy.rename(old)
+        try:
+            return real_connect(*args, **kwargs)
+        finally:
+            new.rename(index_copy)
+            shutil.rmtree(old)
+            swapped.append(True)
+
+    monkeypatch.setattr(retriever_module.sqlite3, "connect", connect_between_the_renames)
+    r = open_retriever(index_copy)
+    assert swapped and r.search("who wrote hamlet", k=3)
+    assert r.path == index_copy and not old.exists()

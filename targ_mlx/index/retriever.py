@@ -15,7 +15,7 @@ from typing import Sequence
 import numpy as np
 
 from targ_mlx.index.encoder import Encoder, canonical_name
-from targ_mlx.index.errors import IndexCorruptError, IndexMismatchError
+from targ_mlx.index.errors import IndexCorruptError, IndexMismatchError, IndexMissingError
 from targ_mlx.index.query import QueryEncoding
 from targ_mlx.index.sharded import ShardedRetriever
 from targ_mlx.index.swap import survives_swap
@@ -40,7 +40,11 @@ class IndexRetriever(QueryEncoding):
         self._encoder = encoder
         self._lock = threading.Lock()
         uri = f"file:{(self.path / PASSAGES).resolve()}?mode=ro&immutable=1"
-        self._db = sqlite3.connect(uri, uri=True, check_same_thread=False)
+        try:
+            self._db = sqlite3.connect(uri, uri=True, check_same_thread=False)
+        except sqlite3.OperationalError as e:  # gone between the vectors' open and this one: a publish's swap
+            raise IndexMissingError(f"{self.path / PASSAGES} cannot be opened ({e}); "
+                                    f"fix: check that {self.path} is a finished index") from None
 
     def __len__(self) -> int:
         return len(self.index) if self.index is not None else self.manifest["counts"]["passages"]
