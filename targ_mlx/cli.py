@@ -8,15 +8,7 @@ import logging
 import sys
 
 from targ_mlx import bind_openblas
-from targ_mlx.defaults import (
-    BIGGER_INDEX_HINT,
-    DEFAULT_BETA,
-    DEFAULT_CONTEXT_TOKENS,
-    DEFAULT_N_SAMPLES,
-    DEFAULT_TEMPERATURE,
-    DEFAULT_TOP_K,
-    PROMPT_STYLES,
-)
+from targ_mlx.defaults import BIGGER_INDEX_HINT
 from targ_mlx.errors import check_text, run_cli
 from targ_mlx.gates import SCORED_GATES
 from targ_mlx.session.open import open_session
@@ -30,16 +22,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     ask = sub.add_parser("ask", help="answer one question")
     ask.add_argument("question", help="the question (quote it)")
-    add_common_args(ask)
-    ask.add_argument("--beta", type=float, help=f"margin link temperature (default {DEFAULT_BETA:g})")
-    ask.add_argument("--n-samples", type=int, help=f"variance gate: sampled prefixes (default {DEFAULT_N_SAMPLES})")
-    ask.add_argument("--temp", type=float, help=f"variance gate: sampling temperature (default {DEFAULT_TEMPERATURE})")
-    ask.add_argument("--seed", type=int, default=0, help="variance gate: RNG seed (default 0)")
-    ask.add_argument("--top-k", type=int, help=f"passages to retrieve (default {DEFAULT_TOP_K})")
-    ask.add_argument("--context-tokens", type=int, help=f"context budget L_ctx in tokens (default {DEFAULT_CONTEXT_TOKENS})")
-    ask.add_argument("--recheck-every", type=int, default=0, help="re-check the gate every m tokens (default 0: off)")
-    ask.add_argument("--prompt", choices=PROMPT_STYLES, default="paper",
-                     help="paper: the paper's system prompt; short: few-shot short answers (default paper)")
+    add_common_args(ask, "ask")
     ask.add_argument("--chat", metavar="ID", help="continue the saved chat ID (its earlier turns go into the prompt); "
                      "--json prints the id each answer was saved under (default: a new single-turn chat)")
     ask.add_argument("--no-log", action="store_true", help="do not write the decision log")

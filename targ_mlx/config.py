@@ -1,8 +1,12 @@
-"""User configuration: one frozen `Config`, read from an optional TOML file.
+"""The user's config file: read into one frozen `Config`, written atomically; nothing else.
 
-Precedence: module defaults < the TOML file < CLI flags (`Config.merged(**flags)`). The file
-lives under the user config dir (platformdirs) unless TARG_MLX_CONFIG or `--config` says
-otherwise; `targ-calibrate --write` stores calibrated thresholds in it per model and gate:
+What it holds: where things are (model, index, decision log), answer settings (any field of
+`settings.Settings` by its name: `gate`, `k`, `read`, ...; checked against that field's type), and
+the thresholds and fits calibrated for each model. The settings' defaults and their layering
+(face defaults < this file < the flags) live in `settings.py`; tau is resolved there
+(`settings.resolve_tau`). The file lives under the user config dir (platformdirs) unless
+TARG_MLX_CONFIG or `--config` says otherwise; `targ-calibrate --write` stores calibrated
+thresholds in it per model and gate:
 
     model = "qwen2.5-coder-1.5b"
     gate = "evidence"
@@ -29,7 +33,7 @@ import math
 import os
 import sys
 import tempfile
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -37,23 +41,10 @@ from typing import Any, Mapping
 import platformdirs
 
 from targ_mlx.paths import APP_NAME
-from targ_mlx.defaults import (
-    DEFAULT_BETA,
-    DEFAULT_CONTEXT_TOKENS,
-    DEFAULT_DEPTH_RATIO,
-    DEFAULT_GATE,
-    DEFAULT_K,
-    DEFAULT_MAX_TOKENS,
-    DEFAULT_MODEL,
-    DEFAULT_N_SAMPLES,
-    MODEL_ENV,
-    SMALL_MODEL,
-    DEFAULT_TEMPERATURE,
-    DEFAULT_TOP_K,
-)
-from targ_mlx import gates as _gates
+from targ_mlx.defaults import DEFAULT_MODEL, MODEL_ENV, SMALL_MODEL
 from targ_mlx.gates import DEFAULT_TAU
 from targ_mlx.gates import SCORED_GATES as GATES  # the built-in gates with a threshold (never/always have none)
+from targ_mlx.settings import flag_fields
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -62,33 +53,6 @@ else:  # pragma: no cover - Python 3.10
 
 CONFIG_ENV = "TARG_MLX_CONFIG"
 DB_ENV = "TARG_MLX_DB"
-
-# Shipped thresholds per offline model key (`model_spec.model_key`: the alias for aliases): tau for
-# a 30% retrieval budget, `calibration.budget_threshold(U, 0.3)` per gate over the U at k=20 of the
-# committed eval records results/smollm2-135m/seeded/nq_open/records.jsonl (1,000 NQ-Open dev
-# questions, extended from 500; `python -m targ_mlx.eval`, prompt `short`, k=20,
-# beta=3, N=5, T=0.7). `tau_for` reads them after the user's own `[tau."key"]`. Computed with
-#   python scripts/analysis/ship_tau.py results/smollm2-135m/seeded/nq_open/records.jsonl --budget 0.3
-# (retrieval rate on those questions: entropy 0.300, margin 0.300, variance 0.291: U ties; from
-# the first 500 they were 2.658 / 0.668 / 0.710).
-# Those records were drafted with the eval's `short` prompt (few-shot short answers) on the
-# AVX-512 VNNI int8 kernels; the assistant's default prompt is `paper`. Checked on the first 100
-# of those questions through `pipeline.prepare`/`draft_for` on an AVX2 machine (float32): with
-# `short` the prompt is token for token the records' and the rate at these tau is margin 0.31,
-# entropy 0.31 (records: 0.30, 0.35); with `paper`, margin 0.26, entropy 0.29.
-# Values are kept at full precision: budget_threshold returns an observed U.
-CALIBRATED_TAU = MappingProxyType({
-    "smollm2-135m": MappingProxyType({
-        "entropy": 2.6357327086851, "margin": 0.6647815143244878, "variance": 0.7200000000000002,
-    }),
-    # From its 1,000 TriviaQA records over the clean index (results/README.md), prompt `short`:
-    #   python scripts/analysis/ship_tau.py results/qwen2.5-coder-1.5b/clean/triviaqa/records.jsonl --budget 0.3
-    # (retrieval rate on those 1,000: entropy 0.300, margin 0.300, variance 0.301).
-    "qwen2.5-coder-1.5b": MappingProxyType({
-        "entropy": 2.272527015209198, "margin": 0.571522055413182, "variance": 0.15,
-    }),
-})
-
 
 _noted_fallback = False
 
@@ -150,18 +114,11 @@ def _frozen(mapping: Mapping) -> MappingProxyType:
 @dataclass(frozen=True)
 class Config:
     model: str = field(default_factory=lambda: default_model(note=False))  # as `targ ask --model` takes it
-    gate: str = DEFAULT_GATE  # a registered gate: evidence | entropy | margin | variance | never | always
-    k: int = DEFAULT_K
-    beta: float = DEFAULT_BETA
-    n_samples: int = DEFAULT_N_SAMPLES
-    temperature: float = DEFAULT_TEMPERATURE
-    top_k: int = DEFAULT_TOP_K
-    context_tokens: int = DEFAULT_CONTEXT_TOKENS
-    depth_ratio: float = DEFAULT_DEPTH_RATIO  # read the top-K passages whose similarity is >= this x the most similar one's (0: all)
-    max_tokens: int = DEFAULT_MAX_TOKENS
     index: str | None = None  # index directory; None = the package default
     db: str = field(default_factory=lambda: str(default_db_path()))  # decision log file
-    # gate -> tau, used when `tau_by_model` has no entry for the model
+    # answer settings the file gives (Settings' field names; the flags go over them)
+    settings: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    # gate -> tau, used when no value was calibrated for the model (`settings.resolve_tau`)
     tau: Mapping[str, float] = field(default_factory=lambda: DEFAULT_TAU)
     # model -> gate -> calibrated tau (the [tau."model"] tables)
     tau_by_model: Mapping[str, Mapping[str, float]] = field(
@@ -172,32 +129,6 @@ class Config:
         default_factory=lambda: MappingProxyType({})
     )
 
-    def tau_for(self, model: str, gate: str) -> float:
-        """The threshold to use: calibrated for (model, gate) in the file, else shipped, else the gate default.
-
-        `never` gives +inf and `always` -inf, so `U > tau` holds never / always.
-        """
-        if gate == "never":
-            return math.inf
-        if gate == "always":
-            return -math.inf
-        if gate not in _gates.scored_names():
-            raise ValueError(
-                f"Unknown gate: {gate!r}; use one of {', '.join(_gates.scored_names())}, never, always"
-            )
-        for calibrated in (self.tau_by_model.get(model, {}), CALIBRATED_TAU.get(model, {})):
-            if gate in calibrated:
-                return float(calibrated[gate])
-        shipped = _gates.get(gate).model_tau(model)  # a gate that ships its own tau per model
-        if shipped is not None:
-            return float(shipped)
-        return float(self.tau.get(gate, _gates.get(gate).default_tau))
-
-    def tau_calibrated(self, model: str, gate: str) -> bool:
-        """Whether `tau_for(model, gate)` was calibrated for this model (by the user or shipped)."""
-        return (gate in self.tau_by_model.get(model, {}) or gate in CALIBRATED_TAU.get(model, {})
-                or _gates.get(gate).model_tau(model) is not None)
-
     def evidence_calibration(self, model: str) -> tuple[Mapping, str]:
         """(the evidence gate's calibration for this model key, its label): the user's own fit
         (`targ-calibrate fit`), else the shipped one, else the pooled default."""
@@ -205,21 +136,40 @@ class Config:
 
         return resolve(model, self.evidence_by_model.get(model))
 
-    def merged(self, **overrides: Any) -> Config:
-        """A copy with the given fields replaced, skipping None (a CLI flag not given). The apps
-        call this with their flags, so a default model that is still in use is noted here."""
-        cfg = replace(self, **{k: v for k, v in overrides.items() if v is not None})
+    def merged(self, model: str | None = None, db: str | None = None, index: str | None = None,
+               **settings: Any) -> Config:
+        """A copy with the given values replaced, skipping None (a CLI flag not given): where things
+        are, and answer settings over the file's. The apps call this with their flags, so a default
+        model that is still in use is noted here."""
+        where = {k: v for k, v in dict(model=model, db=db, index=index).items() if v is not None}
+        _check_settings(settings, "the values given")
+        given = {k: v for k, v in settings.items() if v is not None}
+        cfg = replace(self, **where, settings=MappingProxyType({**self.settings, **given}))
         note_fallback(cfg.model)
         return cfg
 
 
-_SCALARS = {
-    f.name: f.type for f in fields(Config) if f.name not in ("tau", "tau_by_model", "evidence_by_model")
-}
+_PLACES = {"model": "str", "index": "str | None", "db": "str"}
 FITS = ("read", "read_support", "memory", "memory_confirmed", "memory_unconfirmed")  # an evidence calibration's knots
 _FIT_INFO = {"tau": (int, float), "tau_rate": (int, float), "n": (int,), "n_confirmed": (int,), "date": (str,),
              "source": (str,), "records": (list,), "feedback": (int,)}
 _TYPES = {"str": (str,), "int": (int,), "float": (int, float), "str | None": (str,)}
+
+
+def _setting_types() -> dict[str, tuple]:
+    """The answer settings a file may hold, by name: the flag fields of Settings (tau is a table here)."""
+    return {name: _TYPES[str(f.type)] for name, f in flag_fields().items() if name != "tau"}
+
+
+def _check_settings(values: Mapping[str, Any], where: Any) -> None:
+    types = _setting_types()
+    for key, value in values.items():
+        if value is None:
+            continue
+        if key not in types:
+            raise ValueError(f"Unknown config key: {key} in {where}")
+        if isinstance(value, bool) or not isinstance(value, types[key]):
+            raise ValueError(f"Config key {key} must be a {types[key][-1].__name__}; got {value!r} in {where}")
 
 
 def _check_tau(value: Any, key: str, path: Path) -> float:
@@ -259,6 +209,7 @@ def _check_evidence(model: str, fit: Any, path: Path) -> dict:
 
 def _parse(doc: dict, path: Path) -> Config:
     values: dict[str, Any] = {}
+    settings: dict[str, Any] = {}
     tau = dict(DEFAULT_TAU)
     tau_by_model: dict[str, dict[str, float]] = {}
     evidence: dict[str, dict] = {}
@@ -288,16 +239,16 @@ def _parse(doc: dict, path: Path) -> Config:
                 else:
                     raise ValueError(f"Unknown config key: tau.{name} in {path}")
             continue
-        if key not in _SCALARS:
-            raise ValueError(f"Unknown config key: {key} in {path}")
-        allowed = _TYPES[str(_SCALARS[key])]
-        if isinstance(value, bool) or not isinstance(value, allowed):
-            kind = allowed[-1].__name__
-            raise ValueError(
-                f"Config key {key} must be a {kind}; got {value!r} in {path}"
-            )
-        values[key] = float(value) if allowed == (int, float) else value
-    return Config(**values, tau=_frozen(tau), tau_by_model=_frozen(tau_by_model), evidence_by_model=_frozen(evidence))
+        if key in _PLACES:
+            allowed = _TYPES[_PLACES[key]]
+            if isinstance(value, bool) or not isinstance(value, allowed):
+                raise ValueError(f"Config key {key} must be a {allowed[-1].__name__}; got {value!r} in {path}")
+            values[key] = value
+            continue
+        _check_settings({key: value}, path)
+        settings[key] = float(value) if _setting_types()[key] == (int, float) else value
+    return Config(**values, settings=_frozen(settings), tau=_frozen(tau), tau_by_model=_frozen(tau_by_model),
+                  evidence_by_model=_frozen(evidence))
 
 
 def _read(path: Path) -> dict:

@@ -1,9 +1,11 @@
 """Every default setting, defined once (the gates' names and default taus live in their registry,
 `targ_mlx.gates`).
 
-Imported by the CLI, the chat app, the eval and the library alike; plain constants, no imports,
+Imported by the CLI, the chat app, the eval and the library alike; plain constants (no imports but the standard library's),
 so the decision log and the config read them without loading MLX.
 """
+
+from types import MappingProxyType
 
 # The assistant's model: Qwen2.5-Coder-1.5B-Instruct Q4_K_M (the `qwen15b` extra, 1.1 GB in 22
 # wheels) answers 10-19% of the eval's questions closed-book and reads context (Always 38.8% vs
@@ -27,6 +29,9 @@ PAPER_MAX_TOKENS = 32  # the paper's short-answer cap (50 for multi-hop): the ev
 # The apps' answer cap (config, targ ask, chat, serve): a whole answer, streamed, Esc stops it. The
 # gate decides on the first k = 20 tokens either way; a skipped read continues the draft to this cap.
 DEFAULT_MAX_TOKENS = 256
+# Where ask, chat and serve depart from the library's Settings() (the paper's gate and answer cap);
+# the config file and the flags go over these (`settings.Settings.from_config`).
+APP_DEFAULTS = MappingProxyType({"gate": DEFAULT_GATE, "max_tokens": DEFAULT_MAX_TOKENS})
 DEFAULT_PROMPT = "paper"  # paper: the paper's system prompt; short: few-shot short answers
 PROMPT_STYLES = ("paper", "short")
 DEFAULT_HISTORY_TOKENS = 512  # earlier chat turns kept in the prompt; SmolLM2's window is 8k

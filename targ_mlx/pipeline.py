@@ -3,8 +3,8 @@
 `runner.stream_answer` composes them with the decoding generators for one question (targ ask,
 the chat app, the server, the eval's latency pass); the eval's batched record pass
 (`eval/record.py`) calls the same prompt, scoring, packing and answer-text functions, so an eval
-question is priced on the path an asked question takes. Settings are duck-typed:
-`settings.Settings` or the eval's `RecordSettings` (prompt_style, top_k, context_tokens, ...).
+question is priced on the path an asked question takes. Both pass a `settings.Settings` (the
+eval's is its `EvalSettings.answer`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import math
 import threading
 import time
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import Sequence
 
 from targ_mlx import conversation, gates, prompts, reader, rerank, retrieval, selection
 from targ_mlx.runtime.backbone import Backbone
@@ -22,6 +22,7 @@ from targ_mlx.runtime.draft import Draft
 from targ_mlx.errors import QuestionError, check_text
 from targ_mlx.matching import says
 from targ_mlx.retrieval import Passage
+from targ_mlx.settings import Settings
 
 MAX_QUESTION_CHARS = 20_000  # refuse before tokenizing megabytes of pasted text
 QUERY_SEPARATOR = " | "  # between the queries of a fused search, where the log and the panel show them
@@ -34,13 +35,13 @@ def prompt_ids(bb: Backbone, question: str, style: str, context: str | None = No
     return bb.tokenizer.chat_ids(prompts.messages(question, context, style, history))
 
 
-def fit_history(bb: Backbone, history: Sequence, s: Any) -> tuple[Turn, ...]:
+def fit_history(bb: Backbone, history: Sequence, s: Settings) -> tuple[Turn, ...]:
     """The latest (question, answer) turns of `history` that fit `s.history_tokens`."""
     count = lambda text: len(bb.tokenizer.encode(text))  # noqa: E731
     return conversation.fit_history([Turn(*t) for t in history], s.history_tokens, count)
 
 
-def prepare(bb: Backbone, question: str, s: Any, history: Sequence[Turn] = ()) -> tuple[str, list[int]]:
+def prepare(bb: Backbone, question: str, s: Settings, history: Sequence[Turn] = ()) -> tuple[str, list[int]]:
     """The question stripped and checked, and the ids of B(q) (after `history`, the turns kept:
     the draft and a skipped answer see the same prompt); one-line errors name the fix."""
     q = (question or "").strip()
@@ -57,14 +58,14 @@ def prepare(bb: Backbone, question: str, s: Any, history: Sequence[Turn] = ()) -
     return q, ids
 
 
-def packed_budget(bb: Backbone, question: str, s: Any, prefix_tokens: int = 0, history: Sequence[Turn] = ()) -> int:
+def packed_budget(bb: Backbone, question: str, s: Settings, prefix_tokens: int = 0, history: Sequence[Turn] = ()) -> int:
     """Context tokens: L_ctx, cut to the room the window leaves (never below 0)."""
     base = len(prompt_ids(bb, question, s.prompt_style, context=" ", history=history))
     room = bb.context_length - base - s.max_tokens - prefix_tokens
     return max(0, min(s.context_tokens, room))
 
 
-def pack(bb: Backbone, question: str, hits: Sequence[Passage], s: Any, prefix_tokens: int = 0,
+def pack(bb: Backbone, question: str, hits: Sequence[Passage], s: Settings, prefix_tokens: int = 0,
          history: Sequence[Turn] = ()) -> prompts.PackedContext:
     """Top-K passages cut to L_ctx and to the room the window leaves (never below 0 tokens)."""
     tok = bb.tokenizer
@@ -74,31 +75,32 @@ def pack(bb: Backbone, question: str, hits: Sequence[Passage], s: Any, prefix_to
 WIDE_READS = ("sentences", "distinct", "each")  # read modes that look past the top K
 
 
-def search_depth(s: Any) -> int:
+def search_depth(s: Settings) -> int:
     """Passages a search returns: the top K, or the 20 that a selection (reading sentences), the
     distinct topics' refill, the choice's evidence or a reranker looks at."""
-    wide = getattr(s, "read", "passages") in WIDE_READS or getattr(s, "rerank", "")
+    wide = s.read in WIDE_READS or s.rerank
     return max(s.top_k, selection.SELECT_FROM, rerank.RERANK_FROM, reader.SUPPORT_FROM) if wide else s.top_k
 
 
-def pack_found(bb: Backbone, question: str, found: Sequence[Passage], s: Any, prefix_tokens: int = 0,
+def pack_found(bb: Backbone, question: str, found: Sequence[Passage], s: Settings, prefix_tokens: int = 0,
                history: Sequence[Turn] = (), judged_query: str | None = None) -> prompts.PackedContext:
     """The top K of `found` packed as the gate sees them, with what reading reads (`s.read`): the
-    same; the top K distinct topics ("distinct"); the first reader.READ_EACH distinct topics, each
-    cut to its share of the budget to be read on its own ("each"); or the selected sentences of all
+    same; the top K distinct topics ("distinct"); the first `s.each` distinct topics, each cut to
+    the share of the budget a default read of reader.READ_EACH gives one (so the eval's records of
+    more candidates price each one as `targ ask` does) and read on its own ("each"); or the selected sentences of all
     of `found` in the same budget ("sentences"). With a reranker (`s.rerank`) `found` is first
     re-ordered by it against `judged_query` (the question by default; in a chat, the search form
     that carries its context)."""
-    judge = rerank.load_reranker(getattr(s, "rerank", ""), bb)
+    judge = rerank.load_reranker(s.rerank, bb)
     found = rerank.rerank(judge, judged_query or question, found)
     packed = pack(bb, question, found[: s.top_k], s, prefix_tokens, history)
-    mode = getattr(s, "read", "passages")
+    mode = s.read
     tok = bb.tokenizer
     budget = packed_budget(bb, question, s, prefix_tokens, history)
     if mode == "each":
         each = budget // reader.READ_EACH
         parts = [prompts.pack_context([p], each, tok.encode, tok.decode)
-                 for p in reader.distinct(found, getattr(s, "each", reader.READ_EACH))]
+                 for p in reader.distinct(found, s.each)]
         parts = [x for x in parts if x.passages]
         read = prompts.PackedContext(tuple(x.passages[0] for x in parts), "\n".join(x.text for x in parts),
                                      sum(x.tokens for x in parts))
@@ -107,7 +109,7 @@ def pack_found(bb: Backbone, question: str, found: Sequence[Passage], s: Any, pr
         return replace(packed, read=pack(bb, question, reader.distinct(found, s.top_k), s, prefix_tokens, history))
     if mode != "sentences":
         top = found[: s.top_k]
-        keep = selection.read_among([p.score for p in top], getattr(s, "depth_ratio", 0.0))
+        keep = selection.read_among([p.score for p in top], s.depth_ratio)
         if len(keep) < len(top):  # the others scored below depth_ratio x the best one: not read
             packed = replace(packed, read=pack(bb, question, [top[i] for i in keep], s, prefix_tokens, history))
         return packed
@@ -146,7 +148,7 @@ def choose(question: str, packed: prompts.PackedContext, cands: Sequence[reader.
     return reader.choose(packed.query or question, cands, packed.found or packed.passages, packed.reading.passages)
 
 
-def retrieve(bb: Backbone, retriever, question: str, s: Any, prefix_tokens: int = 0,
+def retrieve(bb: Backbone, retriever, question: str, s: Settings, prefix_tokens: int = 0,
              history: Sequence[Turn] = (), cancel: threading.Event | None = None, draft: str = ""
              ) -> tuple[prompts.PackedContext, float, str]:
     """Search and pack for one question; returns the context, the seconds it took (rewriting a
@@ -157,7 +159,7 @@ def retrieve(bb: Backbone, retriever, question: str, s: Any, prefix_tokens: int 
     t0 = time.perf_counter()
     forms = conversation.search_forms(question, history, s.rewrite, bb, cancel) if history else [
         conversation.SearchForm(question)]
-    route = getattr(s, "draft_route", 0.0) > 0 and bool(draft.strip()) and not history
+    route = s.draft_route > 0 and bool(draft.strip()) and not history
     if route:  # a follow-up's forms already carry the conversation; a new question gets the draft's
         forms = forms + [conversation.SearchForm(retrieval.draft_query(question, draft), s.draft_route)]
     queries = [f.query for f in forms]
@@ -170,7 +172,7 @@ def retrieve(bb: Backbone, retriever, question: str, s: Any, prefix_tokens: int 
     return packed, time.perf_counter() - t0, QUERY_SEPARATOR.join(queries)
 
 
-def rechecks(s: Any, d: Draft | None) -> bool:
+def rechecks(s: Settings, d: Draft | None) -> bool:
     """Whether the optional re-check applies: m > 0, a gate it can recompute, a draft that goes on."""
     return d is not None and s.recheck_every > 0 and gates.get(s.gate).recheck and not d.ended
 

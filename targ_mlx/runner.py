@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence, Union
+from typing import Callable, Iterator, Sequence, Union
 
 from targ_mlx import gates, pipeline, reader
 from targ_mlx.gates import DRAFT, SAMPLES, SEARCH, GateDecision, GateParams, Signals
@@ -28,6 +28,7 @@ from targ_mlx.errors import NoRetrieverError
 from targ_mlx.records import Answer, Latency, PassageRef, TokenCounts
 from targ_mlx.retrieval import Retriever
 from targ_mlx.runtime.backbone import Backbone
+from targ_mlx.settings import Settings
 from targ_mlx.runtime import batch
 from targ_mlx.runtime.draft import Draft, continue_tokens, continue_with_stats, draft, generate_tokens
 
@@ -98,7 +99,7 @@ def _refs(packed, with_text: bool, only: Sequence[int] | None = None) -> tuple[P
                  for i, p in enumerate(packed.passages) if only is None or i in only)
 
 
-def _read_each(bb: Backbone, q: str, packed, s: Any, turns, st: _Run, cancel: threading.Event | None = None):
+def _read_each(bb: Backbone, q: str, packed, s: Settings, turns, st: _Run, cancel: threading.Event | None = None):
     """read="each": every passage read in its own prompt and the question alone, decoded as one
     batch to reader.CANDIDATE_TOKENS; the answer is the candidate the evidence supports
     (`reader.choose`), shown whole, then, if it had not ended, continued from its own prompt and
@@ -145,15 +146,15 @@ def _choice_why(choice) -> str:
     return f"; read {n} distinct passages one at a time, chose " + ", over ".join(parts)
 
 
-def _depth_why(packed, s: Any) -> str:
+def _depth_why(packed, s: Settings) -> str:
     """Why fewer than the top K passages were read (the reading-depth rule), else ""."""
-    if getattr(s, "read", "passages") != "passages" or packed.read is None:
+    if s.read != "passages" or packed.read is None:
         return ""
     n, of = len(packed.read.passages), len(packed.passages)
     return f"; read {n} of {of} passages (the rest below {s.depth_ratio:g} x the best one's similarity)" if n < of else ""
 
 
-def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] | None, question: str, s: Any, *,
+def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] | None, question: str, s: Settings, *,
                   history: Sequence = (), cancel: threading.Event | None = None,
                   unavailable: str = "") -> Iterator[Event]:
     """Answer one question, yielding each stage's event as it happens.
@@ -171,7 +172,7 @@ def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] |
         that needs the search, after it for one that reads only when it decides to.
     """
     g = gates.get(s.gate)
-    p = GateParams(s.k, s.beta, getattr(s, "calibration", None))
+    p = GateParams(s.k, s.beta, s.calibration)
     t_start = time.perf_counter()
     st = _Run()
     turns = pipeline.fit_history(bb, history, s)
@@ -188,7 +189,7 @@ def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] |
         r = retriever() if callable(retriever) and not isinstance(retriever, Retriever) else retriever
         if r is None:
             raise NoRetrieverError()
-        routed = d is not None and getattr(s, "draft_route", 0.0) > 0  # the draft as a search route: its text
+        routed = d is not None and s.draft_route > 0  # the draft as a search route: its text
         said = pipeline.answer_text(bb, d.tokens, len(d.tokens))[0] if routed else ""
         packed, secs, searched = pipeline.retrieve(bb, r, q, s, len(prefix), turns, cancel, said)
         st.lat["retrieval"] += secs
@@ -246,7 +247,7 @@ def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] |
         if packed is None:
             packed, searched = search()
             yield Searched(_refs(packed, False), st.lat["retrieval"], searched)
-        if getattr(s, "read", "") == "each" and packed.reading.passages and not prefix:
+        if s.read == "each" and packed.reading.passages and not prefix:
             final_ids, choice = yield from _read_each(bb, q, packed, s, turns, st, cancel)
         else:
             final_ids = pipeline.prompt_ids(bb, q, s.prompt_style, packed.reading.text or None, turns)
@@ -280,11 +281,11 @@ def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] |
                            samples=sum(len(x) for x in d.samples) if d else 0),
         latency=Latency(total=time.perf_counter() - t_start, **st.lat), finish_reason=finish,
         rechecked_at=rechecked_at, search_query=searched, history_turns=len(turns),
-        calibration=getattr(s, "calibration_label", "") if g.name == "evidence" else "",
+        calibration=s.calibration_label if g.name == "evidence" else "",
     ), tuple(final_ids), tuple(t for t in out if t not in eos))
 
 
-def _recheck(bb: Backbone, d: Draft, s: Any, cancel: threading.Event | None) -> Iterator[tuple[int, bool]]:
+def _recheck(bb: Backbone, d: Draft, s: Settings, cancel: threading.Event | None) -> Iterator[tuple[int, bool]]:
     """Paper §3.2 option: continue the draft, re-scoring the running prefix every m tokens;
     yields (token, whether U > tau now triggers reading)."""
     ents, gaps_ = list(d.entropies), list(d.gaps)
@@ -298,7 +299,7 @@ def _recheck(bb: Backbone, d: Draft, s: Any, cancel: threading.Event | None) -> 
         yield tok_id, bool(due and g.score(Signals(ents, gaps_), GateParams(None, s.beta)) > s.tau)
 
 
-def run(bb: Backbone, retriever, question: str, s: Any, *, on_event: Callable[[Event], None] | None = None,
+def run(bb: Backbone, retriever, question: str, s: Settings, *, on_event: Callable[[Event], None] | None = None,
         **kwargs) -> Answer:
     """Drain `stream_answer` and return its Answer; `on_event` sees every event on the way."""
     for ev in stream_answer(bb, retriever, question, s, **kwargs):

@@ -1,64 +1,102 @@
-"""The one settings type of the answer path: frozen, validated, with tau resolved once.
+"""The answer settings: every field once, with its default, flag, help and check; tau resolved once.
 
-`Settings.from_config(cfg, key, **flags)` is how `targ ask`, the chat app and the eval build it:
-config file values, overridden by the flags given, and tau from the flag, else the config's
-calibrated value for (model key, gate) (`model_spec.model_key`), else the gate's placeholder.
-Bad values fail here, before a model loads, with one line naming the value and the fix.
+A field's default is the library's (the paper's where it has one). A face layers its own defaults
+over it (`APP_DEFAULTS` for ask, chat and serve; the eval's protocol values), then the config file's
+values, then the flags given: `Settings.from_config(cfg, model_key, tau=..., **flags)`. The flags
+of all four faces are generated from these fields (`add_flags`), so a new field is one line here
+and its default in defaults.py. Bad values fail at construction, before a model loads, with one
+line naming the value and the fix.
 """
 
 from __future__ import annotations
 
+import argparse
 import math
-from dataclasses import dataclass, field, fields, replace
-from typing import Any, Mapping
+from dataclasses import Field, dataclass, field, fields, replace
+from typing import Any, Mapping, Protocol
 
-from targ_mlx.config import Config
+from targ_mlx import gates
 from targ_mlx.defaults import (
+    APP_DEFAULTS,
     DEFAULT_BETA,
     DEFAULT_CONTEXT_TOKENS,
     DEFAULT_DEPTH_RATIO,
-    DEFAULT_GATE,
-    PAPER_GATE,
     DEFAULT_HISTORY_TOKENS,
     DEFAULT_K,
-    PAPER_MAX_TOKENS,
     DEFAULT_N_SAMPLES,
     DEFAULT_PROMPT,
     DEFAULT_READ,
-    READ_MODES,
     DEFAULT_REWRITE,
     DEFAULT_TEMPERATURE,
     DEFAULT_TOP_K,
+    PAPER_GATE,
+    PAPER_MAX_TOKENS,
     PROMPT_STYLES,
+    READ_EACH,
+    READ_MODES,
     REWRITE_METHODS,
 )
-from targ_mlx import gates
 
-_FIXED_TAU = {"never": math.inf, "always": -math.inf}  # U > tau never / always holds
+
+
+class FileLayer(Protocol):
+    """What the settings read from the user's config file (`config.Config`, which reads and writes
+    it): its answer settings, its per-gate and per-model thresholds, the evidence gate's fits."""
+
+    settings: Mapping[str, Any]
+    tau: Mapping[str, float]
+    tau_by_model: Mapping[str, Mapping[str, float]]
+
+    def evidence_calibration(self, model: str) -> tuple[Mapping | None, str]: ...
+
+FACES = ("ask", "chat", "serve", "eval")
+APPS = ("ask", "chat", "serve")  # the eval records every gate at every k: no gate, tau or chat fields
+
+
+def _opt(default: Any, help: str, *, flag: str | None = None, type: Any = None, choices: tuple | None = None,
+         metavar: str | None = None, faces: tuple[str, ...] = FACES) -> Any:
+    """A settings field with what its flag needs: `--name` (or `flag`), type, choices, help, faces."""
+    return field(default=default, metadata=dict(help=help, flag=flag, type=type, choices=choices,
+                                                metavar=metavar, faces=faces))
 
 
 @dataclass(frozen=True)
 class Settings:
-    gate: str = PAPER_GATE  # the paper's; `from_config` gives the apps' default (evidence)
-    tau: float | None = None  # None -> the gate's placeholder; never/always get +inf/-inf
-    k: int = DEFAULT_K  # draft length
-    beta: float = DEFAULT_BETA  # margin link temperature
-    n_samples: int = DEFAULT_N_SAMPLES  # variance gate: sampled prefixes N
-    temperature: float = DEFAULT_TEMPERATURE  # variance gate: sampling temperature T
-    seed: int = 0
-    top_k: int = DEFAULT_TOP_K  # passages retrieved
-    context_tokens: int = DEFAULT_CONTEXT_TOKENS  # L_ctx
-    max_tokens: int = PAPER_MAX_TOKENS  # the paper's; `from_config` gives the apps' (256)
-    recheck_every: int = 0  # m: re-check the running score every m tokens (0 = single-shot)
-    prompt_style: str = DEFAULT_PROMPT
-    history_tokens: int = DEFAULT_HISTORY_TOKENS  # earlier chat turns kept in the prompt
-    rewrite: str = DEFAULT_REWRITE  # how a follow-up becomes a standalone search query
-    read: str = DEFAULT_READ  # what reading reads: the top-K passages, or the selected sentences of the top 20
-    rerank: str = ""  # re-order the search's top 20 before reading: "" off, "llm", or a CrossEncoder name/path
+    gate: str = _opt(PAPER_GATE, "gate: evidence searches first and reads only where it likely helps; the paper's: "
+                     "entropy, margin, variance; never, always", choices=tuple(gates.names()), faces=APPS)
+    tau: float | None = _opt(None, "read iff U > tau (default: calibrated for the model, else the gate's placeholder)",
+                             type=float, faces=APPS)
+    k: int = _opt(DEFAULT_K, "draft length in tokens (the eval: the prefix length of its headline table)", type=int)
+    beta: float = _opt(DEFAULT_BETA, "margin link temperature", type=float)
+    n_samples: int = _opt(DEFAULT_N_SAMPLES, "variance gate: sampled prefixes N", type=int)
+    temperature: float = _opt(DEFAULT_TEMPERATURE, "variance gate: sampling temperature T", flag="--temp", type=float)
+    seed: int = _opt(0, "sampling RNG seed (the eval: its splits too)", type=int)
+    top_k: int = _opt(DEFAULT_TOP_K, "passages read", type=int)
+    context_tokens: int = _opt(DEFAULT_CONTEXT_TOKENS, "context budget L_ctx in tokens", type=int)
+    max_tokens: int = _opt(PAPER_MAX_TOKENS, "answer length cap", type=int)
+    recheck_every: int = _opt(0, "re-check the gate's running score every m tokens (0: once, on the draft)", type=int,
+                              faces=APPS)
+    prompt_style: str = _opt(DEFAULT_PROMPT, "paper: the paper's system prompt; short: few-shot short answers",
+                             flag="--prompt", choices=PROMPT_STYLES)
+    history_tokens: int = _opt(DEFAULT_HISTORY_TOKENS, "in a chat: tokens of earlier turns kept in the prompt, oldest "
+                               "dropped first", type=int, faces=APPS)
+    rewrite: str = _opt(DEFAULT_REWRITE, "in a chat: how a follow-up becomes a standalone search query",
+                        choices=REWRITE_METHODS, faces=APPS)
+    read: str = _opt(DEFAULT_READ, "what reading reads: passages (the top K), distinct (the top K topics, no article "
+                     "or subject twice), each (the first --each distinct topics each read on its own, the answer chosen "
+                     "by the evidence for it), sentences (the sentences of the top 20 most likely to hold the answer)",
+                     choices=READ_MODES)
+    each: int = _opt(READ_EACH, "with --read each: distinct topics read one at a time (the eval: kept as candidates; its "
+                     "answer chosen among the first 3)", type=int, metavar="M")
+    rerank: str = _opt("", "re-order the search's top 20 before reading: a sentence-transformers CrossEncoder (Hub id "
+                       "or folder), or llm (the loaded model judges each passage; slower); empty: off",
+                       metavar="NAME|PATH|llm")
     # the closed-book draft as one more search route: question + draft searched beside the question
-    # and fused at this weight (0: off); only where a draft exists before the search (the evidence gate)
-    draft_route: float = 0.0
-    depth_ratio: float = DEFAULT_DEPTH_RATIO  # read the top-K passages whose similarity is >= this x the most similar one's (0: all)
+    # and fused at this weight; only where a draft exists before the search (the evidence gate)
+    draft_route: float = _opt(0.0, "search question + the closed-book draft too, fused beside the question's own "
+                              "ranking at weight W (0: off)", type=float, metavar="W", faces=APPS)
+    depth_ratio: float = _opt(DEFAULT_DEPTH_RATIO, "read only the top-K passages whose similarity is at least R x the "
+                              "most similar one's (0: all K)", type=float, metavar="R")
     # the evidence gate's calibration for this model (`Config.evidence_calibration`) and what it is:
     # "shipped", "default (pooled)", "user, 300 questions, <date>"; None: the shipped one for the model
     calibration: Mapping | None = field(default=None, compare=False, repr=False)
@@ -67,22 +105,13 @@ class Settings:
     def __post_init__(self):
         if self.gate not in gates.names():
             raise ValueError(f"gate {self.gate!r} unknown; choose one of {', '.join(gates.names())}")
-        tau = self.tau
-        if tau is not None and (isinstance(tau, bool) or not isinstance(tau, (int, float)) or math.isnan(tau)):
-            raise ValueError(f"tau must be a number; got {tau!r}: pass --tau 0.35 (a finite threshold on U)")
-        if self.gate in _FIXED_TAU:
-            tau = _FIXED_TAU[self.gate]
-        elif tau is None:
-            tau = gates.get(self.gate).default_tau
-        elif not math.isfinite(tau):
-            raise ValueError(f"tau must be finite for gate {self.gate}; got {tau}: pass a number like --tau 0.35, "
-                             "or use --gate never / always")
-        object.__setattr__(self, "tau", float(tau))
+        object.__setattr__(self, "tau", resolve_tau(self.gate, self.tau))
         _at_least("k", self.k, 1, "--k 20")
         _at_least("max_tokens", self.max_tokens, 1, "--max-tokens 32")
         _at_least("top_k", self.top_k, 1, "--top-k 5")
         _at_least("context_tokens", self.context_tokens, 0, "--context-tokens 1024")
         _at_least("recheck_every", self.recheck_every, 0, "--recheck-every 0 (off)")
+        _at_least("each", self.each, 1, "--each 3")
         if not (math.isfinite(self.beta) and self.beta > 0):
             raise ValueError(f"beta must be a finite number > 0; got {self.beta}: pass --beta 3")
         if not (math.isfinite(self.temperature) and self.temperature > 0):
@@ -110,33 +139,92 @@ class Settings:
         return gates.get(self.gate).scored
 
     @classmethod
-    def from_config(cls, cfg: Config, model_key: str, tau: float | None = None, **flags: Any) -> Settings:
-        """Config values overridden by the flags given (None = not given); tau resolved for model_key.
+    def from_config(cls, cfg: FileLayer | None, model_key: str, tau: float | None = None,
+                    defaults: Mapping[str, Any] = APP_DEFAULTS, **flags: Any) -> Settings:
+        """The face's `defaults`, under the config file's values, under the flags given (None = not
+        given); tau the flag's, else resolved for (model_key, gate) from the file (`resolve_tau`).
 
         Args:
-            cfg: the loaded config file (`config.load_config`).
+            cfg: the loaded config file (`config.load_config`), or None for none.
             model_key: the model's stable key (`model_spec.model_key`), the key of `[tau."key"]`.
-            tau: an explicit threshold (the --tau flag), else calibrated / placeholder.
-            flags: any other field of Settings or Config (gate, k, seed, prompt_style, ...).
+            tau: an explicit threshold (the --tau flag).
+            defaults: the face's own defaults (the apps' evidence gate and 256-token answers).
+            flags: any other field (gate, k, seed, prompt_style, ...).
         """
         given = {k: v for k, v in flags.items() if v is not None}
-        unknown = set(given) - {f.name for f in fields(cls)}
+        unknown = set(given) - set(flag_fields())
         if unknown:
             raise TypeError(f"unknown settings: {', '.join(sorted(unknown))}")
-        shared = {f.name for f in fields(Config)} & {f.name for f in fields(cls)}
-        values = {name: getattr(cfg, name) for name in shared if name != "tau"}
-        values.update(given)
-        gate = values.get("gate", DEFAULT_GATE)
-        if tau is None and gates.get(gate).scored:
-            tau = cfg.tau_for(model_key, gate)
-        cal, label = cfg.evidence_calibration(model_key)
-        return cls(**values, tau=tau, calibration=cal, calibration_label=label)
+        values = {**defaults, **(cfg.settings if cfg is not None else {}), **given}
+        gate = values.get("gate", PAPER_GATE)
+        cal, label = cfg.evidence_calibration(model_key) if cfg is not None else (None, "")
+        return cls(**values, tau=resolve_tau(gate, tau, model_key, cfg), calibration=cal, calibration_label=label)
 
-    def with_gate(self, gate: str, cfg: Config, model_key: str) -> Settings:
+    def with_gate(self, gate: str, cfg: FileLayer, model_key: str) -> Settings:
         """The same settings under another gate, its tau resolved as `from_config` does."""
-        tau = cfg.tau_for(model_key, gate) if gates.get(gate).scored else None
         cal, label = cfg.evidence_calibration(model_key)
-        return replace(self, gate=gate, tau=tau, calibration=cal, calibration_label=label)
+        return replace(self, gate=gate, tau=resolve_tau(gate, None, model_key, cfg), calibration=cal,
+                       calibration_label=label)
+
+
+def resolve_tau(gate: str, given: float | None = None, model: str = "", cfg: FileLayer | None = None) -> float:
+    """The threshold a gate reads against, the one place it is decided: never +inf and always -inf
+    (`U > tau` holds never / always); else the number given; else the user's calibrated value for
+    (model, gate) (`[tau."model"]`), the gate's shipped value for the model, the file's per-gate
+    default (`[tau]`), the gate's placeholder, in that order."""
+    if gate not in gates.names():
+        raise ValueError(f"gate {gate!r} unknown; choose one of {', '.join(gates.names())}")
+    if given is not None and (isinstance(given, bool) or not isinstance(given, (int, float)) or math.isnan(given)):
+        raise ValueError(f"tau must be a number; got {given!r}: pass --tau 0.35 (a finite threshold on U)")
+    g = gates.get(gate)
+    if not g.scored:
+        return math.inf if gate == "never" else -math.inf
+    if given is not None:
+        if not math.isfinite(given):
+            raise ValueError(f"tau must be finite for gate {gate}; got {given}: pass a number like --tau 0.35, "
+                             "or use --gate never / always")
+        return float(given)
+    user = cfg.tau_by_model.get(model, {}) if cfg is not None else {}
+    if gate in user:
+        return float(user[gate])
+    shipped = g.model_tau(model)
+    if shipped is not None:
+        return float(shipped)
+    return float(cfg.tau.get(gate, g.default_tau) if cfg is not None else g.default_tau)
+
+
+def tau_calibrated(gate: str, model: str, cfg: FileLayer | None = None) -> bool:
+    """Whether `resolve_tau(gate, None, model, cfg)` was calibrated for this model (by the user or shipped)."""
+    return (cfg is not None and gate in cfg.tau_by_model.get(model, {})) or gates.get(gate).model_tau(model) is not None
+
+
+def flag_fields(face: str | None = None) -> dict[str, Field]:
+    """The fields a face takes as flags (every face's when `face` is None)."""
+    return {f.name: f for f in fields(Settings) if "faces" in f.metadata and (face is None or face in f.metadata["faces"])}
+
+
+def flag_name(f: Field) -> str:
+    return f.metadata["flag"] or "--" + f.name.replace("_", "-")
+
+
+def add_flags(p: argparse.ArgumentParser, face: str, shown: Mapping[str, Any] = APP_DEFAULTS,
+              from_config: bool = True) -> None:
+    """One flag per field `face` takes, None when not given (then the face's default, or the
+    config file's). `shown`: the face's own defaults where they differ from the field's, for the help."""
+    for name, f in flag_fields(face).items():
+        value = shown.get(name, f.default)
+        value = "off" if value == "" else value
+        where = f"default: the config's, else {value}" if from_config else f"default {value}"
+        kw = dict(dest=name, default=None, help=f"{f.metadata['help']} ({where})")
+        for key in ("type", "choices", "metavar"):
+            if f.metadata[key] is not None:
+                kw[key] = f.metadata[key]
+        p.add_argument(flag_name(f), **kw)
+
+
+def given(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings the flags gave (those not given are left out)."""
+    return {name: getattr(args, name) for name in flag_fields() if getattr(args, name, None) is not None}
 
 
 def _at_least(name: str, value: int, low: int, fix: str) -> None:

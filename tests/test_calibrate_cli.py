@@ -15,6 +15,7 @@ def main(argv):
 from targ_mlx.config import load_config
 from targ_mlx.log.decisions import DecisionLog
 from targ_mlx.records import Answer
+from targ_mlx.settings import resolve_tau
 
 
 def margin_scores(rng, n):
@@ -214,12 +215,12 @@ def test_write_stores_tau_per_model_and_gate(eval_db, tmp_path, capsys):
     )
     tau = tau_of(out)
     assert f'wrote [tau."smollm2-135m"] margin = {tau!r} to {config}' in out
-    assert load_config(config).tau_for("smollm2-135m", "margin") == tau
+    assert resolve_tau("margin", None, "smollm2-135m", load_config(config)) == tau
     # The stored value gives the same decisions as the printed one: no rounding on the way.
     assert (
         abs(
             realised_rate(
-                eval_db, "margin", load_config(config).tau_for("smollm2-135m", "margin")
+                eval_db, "margin", resolve_tau("margin", None, "smollm2-135m", load_config(config))
             )
             - 0.2
         )

@@ -1,23 +1,27 @@
 """`targ-calibrate fit`: the evidence gate fitted to a model from one command, end to end.
 
 SmolLM2 is treated as a new model (its shipped fit hidden by TARG_MLX_HIDE_CALIBRATION): the
-command fits it from the dev half of one committed eval cell, and the fit must make the shipped
-fit's read/skip decisions on at least 90% of the held-out test halves of every committed SmolLM2
-cell. A second test records a few questions with the real model over a small real index, so the
+command fits it from the dev halves of five committed eval cells, and the fit must make the shipped
+fit's read/skip decisions on at least 95% of the held-out test half of every committed SmolLM2
+cell, while the same fit from shuffled outcomes must not. A second test records a few questions with the real model over a small real index, so the
 recording path, the config it writes and `targ ask --json`'s label are exercised too.
 """
 
 import json
+import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from targ_mlx.calibration.cli import main
 from targ_mlx.config import default_config_path, load_config
 from targ_mlx.eval.record import record_signals
-from targ_mlx.calibration.evidence import read_cell
+from targ_mlx.calibration.evidence import METRIC, read_cell
+from targ_mlx.eval.run import read_jsonl, write_jsonl
 from targ_mlx.gates import GateParams, get
 from targ_mlx.gates.evidence import HIDE_ENV, calibrations
+from targ_mlx.settings import resolve_tau
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOL = ROOT / "results" / "smollm2-135m"
@@ -34,25 +38,67 @@ def _decisions(records: list[dict], cal: dict, tau: float) -> list[bool]:
     return out
 
 
-def test_fit_from_a_cells_dev_half_reproduces_the_shipped_decisions_on_every_test_half(monkeypatch, tmp_path, capsys):
-    monkeypatch.setenv(HIDE_ENV, "smollm2-135m")
-    before = load_config()
-    assert before.evidence_calibration("smollm2-135m")[1] == "default (pooled)"
-    assert main(["fit", "--model", "smollm2-135m", "--records", str(DEV_CELL)]) == 0
-    assert "250 questions" in capsys.readouterr().out
-    cfg = load_config()
-    cal, label = cfg.evidence_calibration("smollm2-135m")
-    assert label.startswith("user, 250 questions, ")
-    tau = cfg.tau_for("smollm2-135m", "evidence")
-    assert tau == cal["tau"]
+FIT_FROM = [c for c in CELLS if c != DEV_CELL]  # five cells' dev halves, 1,250 questions; clean/nq_open left out
+
+
+def _agreement(cal: dict, tau: float) -> dict[str, float]:
+    """Per committed cell: the share of its held-out test half on which `cal` decides as the shipped fit."""
     shipped = calibrations()["smollm2-135m"]
+    out = {}
     for cell in CELLS:
         recs, _, test = read_cell(cell)
         held_out = [recs[i] for i in test]
-        ours, theirs = _decisions(held_out, dict(cal), tau), _decisions(held_out, shipped, shipped["tau"])
-        agree = sum(a == b for a, b in zip(ours, theirs)) / len(held_out)
-        # 0.91-0.96 measured (2026-11-28): fitted from 250 questions, the support's fit moves more than s_1's
-        assert agree >= 0.90, f"{cell}: {agree:.3f} of {len(held_out)} test decisions agree"
+        ours, theirs = _decisions(held_out, cal, tau), _decisions(held_out, shipped, shipped["tau"])
+        out[f"{cell.parent.name}/{cell.name}"] = sum(a == b for a, b in zip(ours, theirs)) / len(held_out)
+    return out
+
+
+def _fit_from_cli(folders: list[Path], capsys) -> tuple[dict, float]:
+    assert main(["fit", "--model", "smollm2-135m", "--records", *map(str, folders)]) == 0
+    assert f"{250 * len(folders)} questions" in capsys.readouterr().out
+    cfg = load_config()
+    cal, label = cfg.evidence_calibration("smollm2-135m")
+    assert label.startswith(f"user, {250 * len(folders)} questions, ")
+    tau = resolve_tau("evidence", None, "smollm2-135m", cfg)
+    assert tau == cal["tau"]
+    return dict(cal), tau
+
+
+def _shuffled_cells(root: Path, seed: int = 0) -> list[Path]:
+    """FIT_FROM with each record's outcomes (Always right, Never right) moved to another record of
+    its cell: the signals stay, what they predicted is gone."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for cell in FIT_FROM:
+        recs = read_jsonl(cell / "records.jsonl")
+        perm = rng.permutation(len(recs))
+        moved = [{**r, "always": {**r["always"], METRIC: recs[j]["always"][METRIC]},
+                  "never": {**r["never"], METRIC: recs[j]["never"][METRIC]}} for r, j in zip(recs, perm)]
+        dest = root / cell.parent.name / cell.name
+        dest.mkdir(parents=True)
+        write_jsonl(dest / "records.jsonl", moved)
+        shutil.copy(cell / "config.json", dest / "config.json")  # the same dev/test split
+        out.append(dest)
+    return out
+
+
+def test_fit_from_dev_halves_reproduces_the_shipped_decisions_and_shuffled_labels_do_not(monkeypatch, tmp_path,
+                                                                                          capsys):
+    """The fit from 1,250 dev questions (five of the six committed cells) decides as the shipped fit on
+    at least 95% of every cell's held-out test half, the left-out cell's included (measured
+    2026-11-29: 0.983-0.997). Its control: the same command on the same records with each cell's
+    outcomes shuffled must miss 95% on some cell (measured: 0.929 at worst; seeds 1 and 2 give 0.927
+    and 0.901), so the bar is not met by a fit that ignores its labels. Agreement is a weak measure:
+    most cells still agree >= 0.94 under shuffled labels, and the pooled default with no fit agrees
+    0.969-0.985. Left out in turn, the other five cells give 0.917-0.971 at worst (issue 57's
+    closing note): the 95% bar holds with clean/nq_open left out, not with every cell left out."""
+    monkeypatch.setenv(HIDE_ENV, "smollm2-135m")
+    assert load_config().evidence_calibration("smollm2-135m")[1] == "default (pooled)"
+    agree = _agreement(*_fit_from_cli(FIT_FROM, capsys))
+    assert min(agree.values()) >= 0.95, agree
+    default_config_path().unlink()
+    control = _agreement(*_fit_from_cli(_shuffled_cells(tmp_path / "shuffled"), capsys))
+    assert min(control.values()) < 0.95, control
 
 
 def test_too_few_questions_and_another_models_records_are_refused_in_one_line(tmp_path, capsys):

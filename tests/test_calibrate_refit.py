@@ -19,6 +19,7 @@ from targ_mlx.calibration.refit import logged_rows, u_evi
 from targ_mlx.log.decisions import DecisionLog
 from targ_mlx.index import open_retriever
 from targ_mlx.server.app import make_app
+from targ_mlx.settings import Settings, resolve_tau
 
 from tests.test_server import MODEL, Served  # the loopback uvicorn fixture of the server's own tests
 
@@ -34,9 +35,9 @@ def _feedback(url, body):
 def u_shift(db, model: str, before: dict, after: dict) -> np.ndarray:
     """Per labelled decision of `model` in `db`: its U_evi under the calibration `after` minus under
     `before` (> 0: the refitted gate rates reading likelier to help there)."""
-    cfg = load_config()
+    s = Settings.from_config(load_config(), model)  # k and beta as the refit reads them
     with DecisionLog(db) as log:
-        rows = [r for r in logged_rows(log, model, cfg.k, cfg.beta) if r.label is not None]
+        rows = [r for r in logged_rows(log, model, s.k, s.beta) if r.label is not None]
     assert rows
     return u_evi(after, rows) - u_evi(before, rows)
 
@@ -105,12 +106,12 @@ def test_feedback_over_http_refits_the_labelled_models_calibration_in_the_labels
     after, unlabelled = _tau_line(out)
     assert after != unlabelled  # the labels, not the rows, moved it
     cfg = load_config()
-    assert cfg.tau_for(MODEL, "evidence") == pytest.approx(after, abs=1e-6) != before.tau_for(MODEL, "evidence")
+    assert resolve_tau("evidence", None, MODEL, cfg) == pytest.approx(after, abs=1e-6) != resolve_tau("evidence", None, MODEL, before)
     assert cfg.evidence_calibration(MODEL)[1].startswith(f"user, 1500 questions, {N} labels, ")
     shift = u_shift(db, MODEL, mine[0], cfg.evidence_calibration(MODEL)[0])
     assert shift.min() >= -1e-9 and shift.max() > 0.01, shift  # reading would have helped: U_evi up
     # the other model's tau and calibration are untouched by this model's labels
-    assert cfg.tau_for(OTHER, "evidence") == before.tau_for(OTHER, "evidence")
+    assert resolve_tau("evidence", None, OTHER, cfg) == resolve_tau("evidence", None, OTHER, before)
     assert cfg.evidence_calibration(OTHER) == shipped_other
     # its own, opposite labels move its fit the other way and leave this model's alone
     assert calibrate(["refit", "--model", OTHER, "--db", str(db), "--prior", "10", "--min-labels", str(N_OTHER),
@@ -119,7 +120,7 @@ def test_feedback_over_http_refits_the_labelled_models_calibration_in_the_labels
     cfg2 = load_config()
     shift = u_shift(db, OTHER, shipped_other[0], cfg2.evidence_calibration(OTHER)[0])
     assert shift.max() <= 1e-9 and shift.min() < -0.01, shift  # reading did not help: U_evi down
-    assert cfg2.tau_for(MODEL, "evidence") == cfg.tau_for(MODEL, "evidence")
+    assert resolve_tau("evidence", None, MODEL, cfg2) == resolve_tau("evidence", None, MODEL, cfg)
     assert cfg2.evidence_calibration(MODEL) == cfg.evidence_calibration(MODEL)
 
 

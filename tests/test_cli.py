@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from targ_mlx.cli import main
+from targ_mlx.settings import resolve_tau
 from tests.conftest import build_stopped_after_first_commit
 
 
@@ -248,7 +249,7 @@ def test_the_documented_targ_ask_output_has_its_format_and_the_shipped_tau(capsy
     printed = capsys.readouterr().err.splitlines()
     at = next(i for i, line in enumerate(printed) if line.startswith("["))  # after the hint a weak search prints
     assert DECISION_LINE.fullmatch(printed[at]) and printed[at + 1].startswith("  why: "), printed  # the pattern is today's
-    shipped = f"{Config().tau_for(DEFAULT_MODEL, DEFAULT_GATE):.3f}"
+    shipped = f"{resolve_tau(DEFAULT_GATE, None, DEFAULT_MODEL, Config()):.3f}"
     for doc in (REPO / "README.md", REPO / "docs" / "ask.md"):
         lines = _documented_decision_lines(doc)
         assert lines, doc

@@ -5,7 +5,6 @@ from pathlib import Path
 import pytest
 
 from targ_mlx.config import (
-    CALIBRATED_TAU,
     DEFAULT_TAU,
     Config,
     default_config_path,
@@ -13,6 +12,8 @@ from targ_mlx.config import (
     load_config,
     save_tau,
 )
+from targ_mlx.gates.paper import CALIBRATED_TAU
+from targ_mlx.settings import Settings, resolve_tau, tau_calibrated
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -26,33 +27,27 @@ def write(path: Path, text: str) -> Path:
 
 
 def test_defaults():
+    """The file gives no answer setting; the apps' come from APP_DEFAULTS over Settings' own."""
     cfg = Config()
-    assert (cfg.model, cfg.gate, cfg.k, cfg.beta, cfg.n_samples) == (
-        "smollm2-135m",
-        "evidence",
-        20,
-        3.0,
-        5,
-    )
-    assert (cfg.temperature, cfg.top_k, cfg.context_tokens, cfg.max_tokens) == (
-        0.7,
-        5,
-        1024,
+    assert (cfg.model, cfg.index, dict(cfg.settings)) == ("smollm2-135m", None, {})
+    s = Settings.from_config(cfg, "smollm2-135m")
+    assert (s.gate, s.k, s.beta, s.n_samples, s.temperature, s.top_k, s.context_tokens, s.max_tokens) == (
+        "evidence", 20, 3.0, 5, 0.7, 5, 1024,
         256,  # the apps' whole-answer cap; the eval and Settings() keep the paper's 32
     )
-    assert cfg.index is None
-    assert cfg.tau_for("other-model", "margin") == DEFAULT_TAU["margin"]
+    assert Settings().max_tokens == 32 and Settings().gate == "margin"
+    assert resolve_tau("margin", None, "other-model", cfg) == DEFAULT_TAU["margin"]
 
 
 def test_default_model_ships_a_calibrated_tau(tmp_path):
     cfg = Config()
     for gate in ("entropy", "margin", "variance"):
-        assert cfg.tau_calibrated("smollm2-135m", gate)
-        assert cfg.tau_for("smollm2-135m", gate) == CALIBRATED_TAU["smollm2-135m"][gate] != DEFAULT_TAU[gate]
-        assert not cfg.tau_calibrated("/models/other.gguf", gate)  # not measured: flagged in the app
+        assert tau_calibrated(gate, "smollm2-135m", cfg)
+        assert resolve_tau(gate, None, "smollm2-135m", cfg) == CALIBRATED_TAU["smollm2-135m"][gate] != DEFAULT_TAU[gate]
+        assert not tau_calibrated(gate, "/models/other.gguf", cfg)  # not measured: flagged in the app
     # The user's own calibration (targ-calibrate --write) wins over the shipped value.
     user = load_config(write(tmp_path / "c.toml", '[tau."smollm2-135m"]\nmargin = 0.9\n'))
-    assert user.tau_for("smollm2-135m", "margin") == 0.9 and user.tau_calibrated("smollm2-135m", "margin")
+    assert resolve_tau("margin", None, "smollm2-135m", user) == 0.9 and tau_calibrated("margin", "smollm2-135m", user)
 
 
 SHIPPED_FROM = {  # model key -> the committed eval records its shipped tau comes from
@@ -81,7 +76,9 @@ def test_shipped_tau_is_the_budget_threshold_of_the_committed_records(model, cap
 def test_config_is_frozen():
     cfg = Config()
     with pytest.raises(AttributeError):
-        cfg.k = 10
+        cfg.model = "x"
+    with pytest.raises(TypeError):
+        cfg.settings["k"] = 10
     with pytest.raises(TypeError):
         cfg.tau["margin"] = 0.1
 
@@ -104,24 +101,26 @@ entropy = 0.9
 """,
     )
     cfg = load_config(path)
-    assert (cfg.model, cfg.gate, cfg.k, cfg.index) == (
+    assert (cfg.model, cfg.settings["gate"], cfg.settings["k"], cfg.index) == (
         "qwen",
         "entropy",
         10,
         "/data/index",
     )
-    assert cfg.beta == 2.0 and isinstance(cfg.beta, float)
-    assert cfg.tau_for("qwen", "entropy") == 0.9  # calibrated
-    assert cfg.tau_for("qwen", "margin") == 0.2  # file default for the gate
-    assert cfg.tau_for("other", "entropy") == DEFAULT_TAU["entropy"]  # module default
+    assert cfg.settings["beta"] == 2.0 and isinstance(cfg.settings["beta"], float)
+    s = Settings.from_config(cfg, "qwen")
+    assert (s.gate, s.k, s.beta, s.tau) == ("entropy", 10, 2.0, 0.9)
+    assert resolve_tau("entropy", None, "qwen", cfg) == 0.9  # calibrated
+    assert resolve_tau("margin", None, "qwen", cfg) == 0.2  # file default for the gate
+    assert resolve_tau("entropy", None, "other", cfg) == DEFAULT_TAU["entropy"]  # module default
 
 
-def test_tau_for_never_always_and_unknown_gate():
+def test_tau_never_always_and_unknown_gate():
     cfg = Config()
-    assert cfg.tau_for("m", "never") == math.inf
-    assert cfg.tau_for("m", "always") == -math.inf
-    with pytest.raises(ValueError, match="Unknown gate: 'entropi'"):
-        cfg.tau_for("m", "entropi")
+    assert resolve_tau("never", None, "m", cfg) == math.inf
+    assert resolve_tau("always", None, "m", cfg) == -math.inf
+    with pytest.raises(ValueError, match="gate 'entropi' unknown"):
+        resolve_tau("entropi", None, "m", cfg)
 
 
 def test_unknown_key_is_rejected(tmp_path):
@@ -196,23 +195,25 @@ def test_default_paths_are_per_user(monkeypatch):
 
 def test_merged_skips_unset_flags():
     cfg = Config().merged(k=10, gate=None, model="qwen")
-    assert (cfg.k, cfg.gate, cfg.model) == (10, "evidence", "qwen")
+    assert (dict(cfg.settings), cfg.model) == ({"k": 10}, "qwen")
+    with pytest.raises(ValueError, match="Unknown config key: gates"):
+        Config().merged(gates="margin")
 
 
 def test_save_tau_creates_and_keeps_other_keys(tmp_path):
     path = tmp_path / "sub" / "c.toml"
     assert save_tau("smollm2-135m", "margin", 0.41, path) == path
-    assert load_config(path).tau_for("smollm2-135m", "margin") == 0.41
+    assert resolve_tau("margin", None, "smollm2-135m", load_config(path)) == 0.41
 
     write(path, 'gate = "variance"\nk = 10\n' + path.read_text())
     save_tau("smollm2-135m", "entropy", 1.2, path)
     save_tau("qwen", "margin", 0.2, path)
     save_tau("smollm2-135m", "margin", 0.5, path)  # overwrite
     cfg = load_config(path)
-    assert (cfg.gate, cfg.k) == ("variance", 10)
-    assert cfg.tau_for("smollm2-135m", "margin") == 0.5
-    assert cfg.tau_for("smollm2-135m", "entropy") == 1.2
-    assert cfg.tau_for("qwen", "margin") == 0.2
+    assert (cfg.settings["gate"], cfg.settings["k"]) == ("variance", 10)
+    assert resolve_tau("margin", None, "smollm2-135m", cfg) == 0.5
+    assert resolve_tau("entropy", None, "smollm2-135m", cfg) == 1.2
+    assert resolve_tau("margin", None, "qwen", cfg) == 0.2
     with open(path, "rb") as f:
         assert tomllib.load(f)["tau"]["smollm2-135m"] == {"margin": 0.5, "entropy": 1.2}
     assert sorted(p.name for p in path.parent.iterdir()) == [

@@ -106,9 +106,10 @@ LAYERS = (
      "targ_mlx.retrieval", "targ_mlx.calibration", "targ_mlx.runtime.native", "targ_mlx.eval.metrics",
      "targ_mlx.probes"),
     ("targ_mlx.gates",),  # pure: imports defaults only, so the config and the log read its registry
+    ("targ_mlx.settings",),  # the answer fields: the config file is checked against them
     ("targ_mlx.config", "targ_mlx.log.store", "targ_mlx.runtime.model_files", "targ_mlx.runtime.model_spec",
      "targ_mlx.prompts", "targ_mlx.runtime.tokenizer", "targ_mlx.runtime.gguf", "targ_mlx.runtime.repack", "targ_mlx.index"),
-    ("targ_mlx.settings", "targ_mlx.log.transcript", "targ_mlx.runtime.sampling", "targ_mlx.runtime.engine"),
+    ("targ_mlx.log.transcript", "targ_mlx.runtime.sampling", "targ_mlx.runtime.engine"),
     ("targ_mlx.flags",),
     ("targ_mlx.log.decisions", "targ_mlx.runtime.backbone"),
     ("targ_mlx.runtime.draft", "targ_mlx.runtime.batch", "targ_mlx.calibration.rows", "targ_mlx.conversation",

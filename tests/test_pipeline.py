@@ -5,7 +5,7 @@ import pytest
 from targ_mlx import pipeline
 from targ_mlx.assistant import Assistant
 from targ_mlx.eval.datasets import QAItem
-from targ_mlx.eval.record import RecordSettings, record_batch
+from targ_mlx.eval.record import EvalSettings, eval_answer, record_batch
 from targ_mlx.index import open_indexes, open_retriever
 from targ_mlx.settings import Settings
 
@@ -14,9 +14,9 @@ def test_an_asked_and_an_evaluated_question_get_the_same_answers(backbone, small
     retriever = open_retriever(small_index_dir)
     q = small_index_questions[0]
     item = QAItem(q["id"], q["question"], tuple(q["answers"]))
-    s = RecordSettings(k_max=8, ks=(8,), max_tokens=12, baselines=False)
+    s = EvalSettings(eval_answer(max_tokens=12), k_max=8, ks=(8,), baselines=False)
     [rec] = record_batch(backbone, retriever, [item], s)
-    same = dict(k=8, max_tokens=12, top_k=s.top_k, context_tokens=s.context_tokens, prompt_style=s.prompt_style)
+    same = dict(k=8, max_tokens=12, top_k=s.answer.top_k, context_tokens=s.answer.context_tokens, prompt_style=s.answer.prompt_style)
     a = Assistant(backbone, retriever, Settings(**same))
     always, never = a.answer(q["question"], gate="always"), a.answer(q["question"], gate="never")
     assert always.answer == rec.always["answer"] and always.tokens.context == rec.always["tok_ctx"]
@@ -123,11 +123,11 @@ def test_read_each_asked_and_evaluated_choose_the_same_answer_and_cite_what_hold
     from targ_mlx import reader
 
     retriever = open_retriever(small_index_dir)
-    s = RecordSettings(k_max=8, ks=(8,), max_tokens=12, baselines=False, read="each")
+    s = EvalSettings(eval_answer(max_tokens=12, read="each"), k_max=8, ks=(8,), baselines=False)
     rows = small_index_questions[:4]
     recs = record_batch(backbone, retriever, [QAItem(q["id"], q["question"], tuple(q["answers"])) for q in rows], s)
-    a = Assistant(backbone, retriever, Settings(k=8, max_tokens=12, top_k=s.top_k, context_tokens=s.context_tokens,
-                                                prompt_style=s.prompt_style, read="each"))
+    a = Assistant(backbone, retriever, Settings(k=8, max_tokens=12, top_k=s.answer.top_k, context_tokens=s.answer.context_tokens,
+                                                prompt_style=s.answer.prompt_style, read="each"))
     for q, rec in zip(rows, recs):
         ans = a.answer(q["question"], gate="always")
         cands = rec.always["candidates"]

@@ -7,7 +7,7 @@ import pytest
 from targ_mlx.cli import main as ask_main
 from targ_mlx.cli import setup_arg_parser as ask_parser
 from targ_mlx.config import Config, load_config, save_tau
-from targ_mlx.flags import settings_from_args
+from targ_mlx.session.options import Options
 from targ_mlx.runtime.model_spec import alias_path, model_key
 from targ_mlx.settings import Settings
 from tui.__main__ import setup_arg_parser as chat_parser
@@ -47,6 +47,7 @@ def test_from_config_flags_override_the_file(tmp_path):
     cfg = Config().merged(k=12, beta=2.0)
     s = Settings.from_config(cfg, "m", gate="entropy", k=None, beta=4.0, seed=3)
     assert (s.k, s.beta, s.seed, s.tau) == (12, 4.0, 3, 0.80)
+    assert Settings.from_config(cfg, "m").gate == "evidence"  # the apps' default over the library's
     assert Settings.from_config(cfg, "m", tau=0.5).tau == 0.5
     with pytest.raises(TypeError):
         Settings.from_config(cfg, "m", gates="margin")
@@ -70,8 +71,78 @@ def test_one_tau_key_for_ask_chat_and_eval(tmp_path, backbone):
     cfg = load_config(config)
     path = alias_path("smollm2-135m")
     for spec in ("smollm2-135m", path):
-        ask = ask_parser().parse_args(["ask", "q", "--model", spec, "--gate", "margin"])
-        chat = chat_parser().parse_args(["--model", spec, "--gate", "margin"])
+        ask = ask_parser().parse_args(["ask", "q", "--model", spec, "--gate", "margin", "--config", str(config)])
+        chat = chat_parser().parse_args(["--model", spec, "--gate", "margin", "--config", str(config)])
         for args in (ask, chat):
-            assert settings_from_args(args, cfg, model_key(args.model)).tau == 0.123, (spec, args)
+            assert Options.from_args(args).resolve()[1].tau == 0.123, (spec, args)
     assert backbone.model_id == model_key("smollm2-135m") == model_key(path)
+
+
+def _faces():
+    from targ_mlx.eval.__main__ import setup_arg_parser as eval_parser
+    from targ_mlx.server.__main__ import setup_arg_parser as serve_parser
+
+    ask = ask_parser()._subparsers._group_actions[0].choices["ask"]
+    return {"ask": ask, "chat": chat_parser(), "serve": serve_parser(), "eval": eval_parser()}
+
+
+def test_every_answer_field_is_a_flag_of_each_face_that_takes_it():
+    """A field added to Settings (with its default in defaults.py) is a flag of ask, chat, serve and
+    the eval with nothing else edited; the eval leaves out only the fields its one pass records
+    for every gate (gate, tau) or has no chat for."""
+    from targ_mlx.settings import APPS, FACES, flag_fields, flag_name
+
+    skipped = {name for name, f in flag_fields().items() if f.metadata["faces"] != FACES}
+    assert skipped == {"gate", "tau", "recheck_every", "history_tokens", "rewrite", "draft_route"}
+    assert all(flag_fields()[n].metadata["faces"] == APPS for n in skipped)
+    for face, parser in _faces().items():
+        shown = parser.format_help()
+        flags = {s for a in parser._actions for s in a.option_strings}
+        for name, f in flag_fields(face).items():
+            assert flag_name(f) in flags and flag_name(f) in shown, (face, name)
+            assert getattr(parser.parse_args(_required(face)), name) is None, (face, name)  # not given: the layers below
+
+
+def _required(face: str) -> list[str]:
+    return {"ask": ["q"], "eval": ["--output-dir", "x"]}.get(face, [])
+
+
+def test_a_flag_reaches_the_settings_the_same_way_in_every_face(tmp_path):
+    from targ_mlx.eval.record import eval_answer
+    from targ_mlx.settings import given
+
+    for face, parser in _faces().items():
+        args = parser.parse_args(_required(face) + ["--top-k", "7", "--read", "each", "--each", "4", "--temp", "0.5"])
+        got = given(args)
+        assert {k: got[k] for k in ("top_k", "read", "each", "temperature")} == \
+            {"top_k": 7, "read": "each", "each": 4, "temperature": 0.5}, face
+        if face == "eval":
+            s = eval_answer(**got)
+        else:
+            (tmp_path / "c.toml").write_text("top_k = 2\nread = 'distinct'\n")  # the flags go over the file
+            args.config = str(tmp_path / "c.toml")
+            s = Options.from_args(args).resolve()[1]
+        assert (s.top_k, s.read, s.each, s.temperature) == (7, "each", 4, 0.5), face
+
+
+def test_the_latency_pass_times_the_records_own_settings():
+    from targ_mlx.eval.latency import _settings
+    from targ_mlx.eval.record import EvalSettings, eval_answer
+
+    s = EvalSettings(eval_answer(read="each", each=4, depth_ratio=0.5, rerank="llm", top_k=3, max_tokens=12))
+    for gate in ("never", "margin", "always"):
+        t = _settings(s, gate, 8)
+        assert (t.read, t.each, t.depth_ratio, t.rerank, t.top_k, t.max_tokens, t.k, t.gate) == \
+            ("each", 4, 0.5, "llm", 3, 12, 8, gate)
+        assert (t.context_tokens, t.prompt_style) == (512, "short")  # the eval's own defaults
+
+
+def test_eval_settings_round_trip_as_a_runs_config_keeps_them():
+    from targ_mlx.eval.record import EvalSettings, eval_answer
+
+    s = EvalSettings(eval_answer(read="distinct", beta=2.0), k_max=8, ks=(4, 8), baselines=False)
+    flat = s.to_dict()
+    assert "answer" not in flat and flat["read"] == "distinct" and flat["k_max"] == 8 and "gate" not in flat
+    assert EvalSettings.from_dict(flat) == s
+    old = {k: v for k, v in flat.items() if k not in ("read", "each", "rerank", "depth_ratio")}  # an older run's
+    assert EvalSettings.from_dict(old).answer.read == "passages"

@@ -13,7 +13,7 @@ from targ_mlx.session import Options, add_common_args, open_session
 def setup_arg_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="targ-chat", description="Chat with a local LLM that retrieves only when unsure; "
                                 "every decision is shown and logged.")
-    add_common_args(p)
+    add_common_args(p, "chat")
     p.add_argument("--last", action="store_true", help="reopen the latest chat instead of starting a new one "
                    "(in the app: Ctrl+R)")
     p.add_argument("--new", action="store_true", help="start a new chat (the default)")

@@ -1,4 +1,4 @@
-"""The shipped tau per gate (`config.CALIBRATED_TAU`) from an eval run's records.
+"""The shipped tau per gate (`gates.paper.CALIBRATED_TAU`) from an eval run's records.
 
 Each line of `records.jsonl` (written by `python -m targ_mlx.eval`) holds the draft's U for
 every gate at every k: `scores[gate][str(k)]`. Tau for a retrieval budget is the project's one

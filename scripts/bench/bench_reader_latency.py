@@ -18,6 +18,7 @@ import json
 import os
 import platform
 import statistics
+from dataclasses import replace
 from datetime import date
 
 from targ_mlx import bind_openblas
@@ -58,9 +59,8 @@ def main(argv=None):
     readers = args.readers.split(",")
     bb = load_backbone(args.model)
     r = open_indexes([args.index], retriever=args.retriever)
-    cfg = Config()
-    base = dict(gate="always", max_tokens=cfg.max_tokens, context_tokens=cfg.context_tokens, prompt_style=DEFAULT_PROMPT)
-    asks = {m: Assistant(bb, r, Settings(read=m, **base)) for m in readers}
+    app = Settings.from_config(Config(), bb.model_id, gate="always")  # the apps' answer cap and budget
+    asks = {m: Assistant(bb, r, replace(app, read=m, prompt_style=DEFAULT_PROMPT)) for m in readers}
     asks[readers[0]].answer(questions[0])  # warm-up: weights touched, graphs built
     times = {m: [] for m in readers}
     parts = {m: {"retrieval": [], "prefill": [], "decode": []} for m in readers}

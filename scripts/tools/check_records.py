@@ -21,7 +21,7 @@ from targ_mlx import bind_openblas
 bind_openblas()  # before mlx.core loads
 from targ_mlx.runtime.backbone import load_backbone  # noqa: E402
 from targ_mlx.eval.datasets import QAItem  # noqa: E402
-from targ_mlx.eval.record import RecordSettings, record_batch  # noqa: E402
+from targ_mlx.eval.record import EvalSettings, record_batch  # noqa: E402
 from targ_mlx.eval.run import read_jsonl  # noqa: E402
 from targ_mlx.gates import draft_only_names  # noqa: E402
 
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=8)
     args = ap.parse_args(argv)
     config = json.loads((args.run_dir / "config.json").read_text(encoding="utf-8"))
-    s = RecordSettings(**{k: tuple(v) if k == "ks" else v for k, v in config["settings"].items()})
+    s = EvalSettings.from_dict(config["settings"])
     want = read_jsonl(args.run_dir / "records.jsonl")[: args.batch_size]
     items = [QAItem(r["id"], r["question"], r["answers"]) for r in want]
     bb = load_backbone(config.get("model") or "smollm2-135m")

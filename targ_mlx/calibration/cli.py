@@ -39,6 +39,7 @@ from targ_mlx.config import GATES, Config, default_config_path, load_config, sav
 from targ_mlx.errors import run_cli
 from targ_mlx.calibration.rows import MIN_ROWS, NotEnoughRowsError, labelled_rows, score_rows
 from targ_mlx.log.decisions import SOURCES, DecisionLog
+from targ_mlx.settings import Settings
 
 DEFAULT_BINS = 20
 _SPAN = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
@@ -137,8 +138,9 @@ def _config(path: str | None) -> Config:
 def run(args: argparse.Namespace) -> str:
     """Calibrate as `args` say; returns the report text."""
     cfg = _config(args.config)
-    gate = args.gate or (cfg.gate if cfg.gate in GATES else "margin")
-    k = args.k if args.k is not None else cfg.k
+    app = Settings.from_config(cfg, args.model or "")  # the gate and k the apps run with
+    gate = args.gate or (app.gate if app.gate in GATES else "margin")
+    k = args.k if args.k is not None else app.k
     db_path = Path(args.db or cfg.db)
     if not db_path.exists():
         raise FileNotFoundError(
@@ -267,9 +269,9 @@ def refit_report(args: argparse.Namespace) -> str:
     if args.prior is not None and args.prior <= 0:
         raise ValueError(f"--prior must be > 0 questions; got {args.prior}")
     cal, label = cfg.evidence_calibration(args.model)
-    old_tau = cfg.tau_for(args.model, "evidence")
+    app = Settings.from_config(cfg, args.model, gate="evidence")  # its tau, k and beta as the apps use them
     with DecisionLog(db_path) as log:
-        r = refit_from_log(log, args.model, cfg.k, cfg.beta, cal, old_tau, args.prior, args.min_labels, args.budget)
+        r = refit_from_log(log, args.model, app.k, app.beta, cal, app.tau, args.prior, args.min_labels, args.budget)
     lines = [f"refit of the evidence gate for {args.model} from {r.calibration['feedback']} labelled decisions "
              f"(from {label}, counted as {args.prior or cal.get('n', 300):g} questions)"]
     for name, rows in r.used.items():

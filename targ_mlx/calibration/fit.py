@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +22,7 @@ import platformdirs
 from targ_mlx.config import Config, default_config_path, load_config, save_evidence
 from targ_mlx.errors import ModelLoadError, TargError
 from targ_mlx.paths import APP_NAME
+from targ_mlx.settings import Settings
 
 DEFAULT_LIMIT = 300
 MIN_QUESTIONS = 100  # below this the isotonic steps follow a handful of questions each
@@ -87,32 +87,39 @@ def _refuse_few(n: int, minimum: int, where: str) -> None:
 def record(args, key: str, k: int, beta: float, cfg) -> tuple[list[dict], str]:
     """Record (or continue recording) --limit questions of --data-file; returns (records, where)."""
     from targ_mlx.eval.datasets import read_jsonl as read_items, sample
-    from targ_mlx.eval.record import RecordSettings
+    from targ_mlx.eval.record import EvalSettings, eval_answer
     from targ_mlx.eval.run import run_records
 
     items = sample(read_items(args.data_file), args.limit or None, 0)
     _refuse_few(len(items), args.min_questions, f"{args.data_file} (--limit {args.limit})")
     out = Path(args.output_dir) if args.output_dir else run_dir(key, args.data_file)
-    settings = RecordSettings(k_max=k, ks=(k,), beta=beta, n_samples=0, baselines=False)
+    settings = EvalSettings(eval_answer(beta=beta, n_samples=0), k_max=k, ks=(k,), baselines=False)
     from targ_mlx import index
-    from targ_mlx.runtime.backbone import load_backbone
+    from targ_mlx.session import Options, open_session
 
-    folder = index.ensure_index(args.index or cfg.index)
+    folder = index.ensure_index(args.index or cfg.index)  # built or resumed here: the check below needs its path
     prev = out / "config.json"
     if prev.is_file():  # a rerun continues these records only if they were made the same way
         theirs = json.loads(prev.read_text())
         if (theirs.get("model"), theirs.get("settings"), theirs.get("index")) != (
-                key, json.loads(json.dumps(asdict(settings))), str(folder)):
+                key, json.loads(json.dumps(settings.to_dict())), str(folder)):
             raise ValueError(f"{out} holds records of {theirs.get('model')} over {theirs.get('index')} made with "
                              "other settings; fix: pass another --output-dir, or delete that folder")
-    retriever = index.open_indexes([str(folder)], retriever=args.retriever)
-    try:
-        bb = load_backbone(args.model)
+    try:  # the model and the index open as every face opens them (no log: the records are the output)
+        session = open_session(Options(model=args.model, index=(str(folder),), retriever=args.retriever,
+                                       config=args.config if args.config and Path(args.config).exists() else None,
+                                       log=False, source="eval", long_running=True, index_when="eager",
+                                       quiet=args.quiet))
+    except TargError as e:
+        if not isinstance(e, ModelLoadError):
+            raise
+        raise ModelLoadError(f"cannot load model {args.model!r}: {e}") from None
     except Exception as e:  # noqa: BLE001  (any loader's failure: one line naming the spec)
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise ModelLoadError(f"cannot load model {args.model!r}: {first}") from None
+    bb, retriever = session.backbone, session.retriever
     out.mkdir(parents=True, exist_ok=True)
-    prev.write_text(json.dumps({"model": key, "settings": asdict(settings), "data_file": str(args.data_file),
+    prev.write_text(json.dumps({"model": key, "settings": settings.to_dict(), "data_file": str(args.data_file),
                                 "index": str(folder)}, indent=2))
     records = run_records(bb, retriever, items, settings, out, args.batch_size, _bar(args.quiet))
     return records, f"{out} ({len(records)} recorded with {args.model} over {folder})"
@@ -140,7 +147,8 @@ def fit_command(args) -> str:
     key = model_key(args.model)
     # --config may name a file this command is about to create
     cfg = Config() if args.config and not Path(args.config).exists() else load_config(args.config)
-    k, beta = cfg.k, cfg.beta
+    answer = Settings.from_config(cfg, key)  # k and beta as the apps draft with them
+    k, beta = answer.k, answer.beta
     t0 = time.perf_counter()
     if args.records:
         rows = _from_records(args, key, k, beta)

@@ -9,18 +9,17 @@ import logging
 import sys
 import time
 import uuid
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 from targ_mlx import bind_openblas
 
 bind_openblas()  # an entry point: bind before the imports below load mlx.core
 from targ_mlx.eval.datasets import DATASETS, DEFAULT_LIMIT, dataset_name, load_hf, max_tokens_for, read_jsonl, sample
-from targ_mlx.eval.record import DEFAULT_CONTEXT_TOKENS, DEFAULT_K, EVAL_PROMPT, K_MAX, RecordSettings
+from targ_mlx.eval.record import EVAL_DEFAULTS, K_MAX, EvalSettings, eval_answer
 from targ_mlx.eval.run import DEFAULT_BATCH, DEFAULT_LATENCY_SAMPLE
-from targ_mlx.defaults import (DEFAULT_BETA, DEFAULT_N_SAMPLES, DEFAULT_READ, DEFAULT_TEMPERATURE, DEFAULT_TOP_K,
-                               PROMPT_STYLES, READ_EACH, READ_MODES)
 from targ_mlx.retrieval import RETRIEVER_HELP, RETRIEVERS
+from targ_mlx.session import add_flags, flag_fields, given
 
 logger = logging.getLogger(__name__)
 
@@ -40,26 +39,9 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=None, help="alias (qwen2.5-coder-1.5b, smollm2-135m), .gguf path, MLX folder or mlx-lm "
                    "repo id (default: the model of the records already in --output-dir, else the 1.5B where installed)")
     p.add_argument("--output-dir", required=True, help="where records, tables and plots go (one subfolder per dataset when several)")
-    p.add_argument("--prompt", choices=PROMPT_STYLES, default=EVAL_PROMPT, help=f"prompt style (default {EVAL_PROMPT}: few-shot short answers)")
-    p.add_argument("--k", type=int, default=DEFAULT_K, help=f"prefix length of the headline table (default {DEFAULT_K})")
     p.add_argument("--k-max", type=int, default=K_MAX, help=f"longest draft recorded; k in {{5,10,20,30,40}} read its prefixes (default {K_MAX})")
-    p.add_argument("--n-samples", type=int, default=DEFAULT_N_SAMPLES, help=f"variance gate: sampled prefixes N (default {DEFAULT_N_SAMPLES})")
-    p.add_argument("--temp", type=float, default=DEFAULT_TEMPERATURE, help=f"variance gate temperature (default {DEFAULT_TEMPERATURE})")
-    p.add_argument("--beta", type=float, default=DEFAULT_BETA, help=f"margin link temperature (default {DEFAULT_BETA:g})")
-    p.add_argument("--top-k", type=int, default=DEFAULT_TOP_K, help=f"passages retrieved (default {DEFAULT_TOP_K})")
-    p.add_argument("--read", choices=READ_MODES, default=DEFAULT_READ,
-                   help=f"what the Always branch reads: the top-K passages (default {DEFAULT_READ}), or the selected "
-                        "sentences of the search's top 20 in the same budget (records' always.read, always.read_hit)")
-    p.add_argument("--each", type=int, default=READ_EACH, metavar="M",
-                   help=f"--read each: distinct passages read one at a time and recorded as candidates; the Always "
-                        f"answer is chosen among the first {READ_EACH} (default {READ_EACH})")
-    p.add_argument("--depth-ratio", type=float, default=0.0, metavar="R",
-                   help="Always reads the top-K passages whose similarity is >= R x the most similar one's (default 0: all K)")
-    p.add_argument("--rerank", default="", metavar="NAME|PATH|llm",
-                   help="re-order the search's top 20 before packing: a CrossEncoder or llm (default: off)")
-    p.add_argument("--context-tokens", type=int, default=DEFAULT_CONTEXT_TOKENS,
-                   help=f"context budget L_ctx (default {DEFAULT_CONTEXT_TOKENS})")
-    p.add_argument("--max-tokens", type=int, help="answer cap (default 32; 50 for musique)")
+    # the answer settings: the same flags as targ ask's, the eval's own defaults (record.EVAL_DEFAULTS)
+    add_flags(p, "eval", {**EVAL_DEFAULTS, "max_tokens": "32; 50 for musique"}, from_config=False)
     p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH, help=f"questions decoded together (default {DEFAULT_BATCH})")
     p.add_argument("--latency-sample", type=int, default=DEFAULT_LATENCY_SAMPLE,
                    help=f"questions timed at batch 1 for the latency columns (default {DEFAULT_LATENCY_SAMPLE})")
@@ -67,7 +49,6 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-baselines", action="store_true", help="skip the reflective baselines' probes")
     p.add_argument("--no-plots", action="store_true", help="tables only")
     p.add_argument("--report-only", action="store_true", help="rebuild tables and plots from existing records; run no model")
-    p.add_argument("--seed", type=int, default=0, help="sampling, splits and variance RNG seed (default 0)")
     p.add_argument("--reuse-records", metavar="DIR",
                    help="the same run over another corpus (its --output-dir): reuse each question's draft, samples, "
                         "Never answer and corpus-free probes, and compute only retrieval, the Always answer and "
@@ -137,11 +118,8 @@ def evaluate_dataset(name, items, args, out: Path, bb, retriever, log, session, 
     from targ_mlx.eval.run import in_item_order, latency_items, read_jsonl, run_latency, run_records, write_jsonl
 
     out.mkdir(parents=True, exist_ok=True)
-    s = RecordSettings(k_max=args.k_max, n_samples=args.n_samples, temperature=args.temp, beta=args.beta,
-                       top_k=args.top_k, context_tokens=args.context_tokens,
-                       max_tokens=args.max_tokens or max_tokens_for(name), prompt_style=args.prompt, seed=args.seed,
-                       baselines=not args.no_baselines, read=args.read, rerank=args.rerank, each=args.each,
-                       depth_ratio=args.depth_ratio)
+    answer = eval_answer(**{**given(args), "max_tokens": args.max_tokens or max_tokens_for(name)})
+    s = EvalSettings(answer, k_max=args.k_max, baselines=not args.no_baselines)
     s = replace(s, ks=tuple(k for k in s.ks if k <= s.k_max) or (s.k_max,))
     run_info: dict = {}
     if not args.report_only:
@@ -161,7 +139,7 @@ def evaluate_dataset(name, items, args, out: Path, bb, retriever, log, session, 
         records = run_records(bb, retriever, items, s, out, args.batch_size, _bar(f"{name} records", args.quiet),
                               log=log, log_k=args.k, session=session, index_id=opened.manifest_id if opened else None,
                               after_batch=time_some, reuse=reuse)
-        _fill_hits(out, records, items, retriever, s.top_k)
+        _fill_hits(out, records, items, retriever, s.answer.top_k)
         rec_s = time.perf_counter() - t0 - lat_s[0]
         new = len(records) - before
         run_info = {"records_new": new, "records_seconds": rec_s,
@@ -178,11 +156,11 @@ def evaluate_dataset(name, items, args, out: Path, bb, retriever, log, session, 
     prev = out / "config.json"
     old = _config(out) or {}  # the config of the run that made the records
     model = bb.model_id if bb is not None else old.get("model") or args.model or default_model()
-    if fill_scores(records, model, s.beta):  # a gate registered after the records were made
+    if fill_scores(records, model, s.answer.beta):  # a gate registered after the records were made
         write_jsonl(out / "records.jsonl", records)
     latency = {r["id"]: r for r in read_jsonl(out / "latency.jsonl")}
     config = {"dataset": name, "n_items": len(items), "args": {**vars(args), "split_pool": pool},
-              "settings": asdict(s), "versions": _versions(), "model": bb.model_id if bb is not None else (args.model or "smollm2-135m"),
+              "settings": s.to_dict(), "versions": _versions(), "model": bb.model_id if bb is not None else (args.model or "smollm2-135m"),
               "index": str(args.index), "run": run_info,
               **(_corpus_info(opened) if retriever else _corpus_info_from({"index": args.index})),
               "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
@@ -205,7 +183,7 @@ _SAME = ("k_max", "ks", "n_samples", "temperature", "beta", "max_tokens", "promp
          "crag_tokens")
 
 
-def _reusable(folder: str | None, name: str, out: Path, s: RecordSettings, model: str) -> dict[str, dict]:
+def _reusable(folder: str | None, name: str, out: Path, s: EvalSettings, model: str) -> dict[str, dict]:
     """Records of the same run over another corpus, by question id (checked to be interchangeable)."""
     if not folder:
         return {}
@@ -216,7 +194,7 @@ def _reusable(folder: str | None, name: str, out: Path, s: RecordSettings, model
     if src.resolve() == out.resolve() or not (src / "records.jsonl").is_file():
         return {}
     cfg = _config(src) or {}
-    theirs, ours = cfg.get("settings", {}), asdict(s)
+    theirs, ours = cfg.get("settings", {}), s.to_dict()
     diff = [f"{k}={theirs.get(k)!r} (here {ours[k]!r})" for k in _SAME if k in theirs and
             (list(theirs[k]) if isinstance(theirs[k], list) else theirs[k]) != (list(ours[k]) if isinstance(ours[k], tuple) else ours[k])]
     if cfg.get("model") not in (None, model):
@@ -366,7 +344,15 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from targ_mlx.errors import run_main
 
-    return run_main(run, args, interrupted="interrupted; rerun the same command to continue")
+    return run_main(_resolved_then_run, args, interrupted="interrupted; rerun the same command to continue")
+
+
+def _resolved_then_run(args) -> int:
+    """Bad values are one line before anything loads; the run reads the eval's defaults from args
+    as if given (max_tokens stays per dataset when not given: `max_tokens_for`)."""
+    answer = eval_answer(**given(args))
+    vars(args).update({name: getattr(answer, name) for name in flag_fields("eval") if name != "max_tokens"})
+    return run(args)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ policy's latency on a question is then the sum of the stages it would run (see s
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import mlx.core as mx
 
@@ -18,7 +18,7 @@ from targ_mlx import runner
 from targ_mlx.runtime.backbone import Backbone
 from targ_mlx import probes
 from targ_mlx.eval.datasets import QAItem
-from targ_mlx.eval.record import RecordSettings
+from targ_mlx.eval.record import EvalSettings
 from targ_mlx.settings import Settings
 
 LATENCY_K = 20  # the draft length timed; other k reuse it (drafts mostly end at EOS sooner)
@@ -46,15 +46,14 @@ def _prefill_s(bb: Backbone, ids: list[int]) -> float:
     return time.perf_counter() - t0
 
 
-def _settings(s: RecordSettings, gate: str, k: int) -> Settings:
-    """The assistant's settings for one timed path: the eval's protocol values, a gate, and for a
-    scored gate a threshold no draft reaches (so the path timed is draft + continuation)."""
-    return Settings(gate=gate, tau=NO_READ_TAU if gate not in ("never", "always") else None, k=k, beta=s.beta,
-                    n_samples=s.n_samples, temperature=s.temperature, seed=s.seed, top_k=s.top_k,
-                    context_tokens=s.context_tokens, max_tokens=s.max_tokens, prompt_style=s.prompt_style)
+def _settings(s: EvalSettings, gate: str, k: int) -> Settings:
+    """The assistant's settings for one timed path: the run's own answer settings (what it reads,
+    reranks, how deep), a gate, and for a scored gate a threshold no draft reaches (so the path
+    timed is draft + continuation)."""
+    return replace(s.answer, gate=gate, tau=NO_READ_TAU if gate not in ("never", "always") else None, k=k)
 
 
-def time_question(bb: Backbone, retriever, item: QAItem, never_answer: str, s: RecordSettings) -> LatencySample:
+def time_question(bb: Backbone, retriever, item: QAItem, never_answer: str, s: EvalSettings) -> LatencySample:
     """Each stage timed once through the one answer runner, as `targ ask` runs it at batch 1."""
     tok = bb.tokenizer
     q = item.question.strip()

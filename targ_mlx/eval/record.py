@@ -10,26 +10,20 @@ baselines. Sweeps, tables and plots read these records and never run the model a
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field, replace
-from typing import Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
+from types import MappingProxyType
+from typing import Any, Mapping, Sequence
 
 from targ_mlx import gates, pipeline, reader
 from targ_mlx.runtime import batch
 from targ_mlx.runtime.backbone import Backbone
-from targ_mlx.defaults import (  # noqa: F401  (DEFAULT_K: the eval CLI's default k)
-    DEFAULT_BETA,
-    DEFAULT_K,
-    PAPER_MAX_TOKENS,
-    DEFAULT_N_SAMPLES,
-    DEFAULT_READ,
-    DEFAULT_TEMPERATURE,
-    DEFAULT_TOP_K,
-)
+from targ_mlx.defaults import DEFAULT_K  # noqa: F401  (the eval CLI's default k)
 from targ_mlx.gates import SCORED_GATES
 from targ_mlx import probes
 from targ_mlx.eval.datasets import QAItem
 from targ_mlx.eval.metrics import contains, score_all
 from targ_mlx.records import Answer, Latency, TokenCounts
+from targ_mlx.settings import Settings, flag_fields
 
 # Where the eval's protocol departs from the assistant's defaults (targ_mlx.defaults), and why:
 KS = (5, 10, 20, 30, 40)  # the paper sweeps the draft length k; one pass records up to k_max
@@ -39,29 +33,43 @@ EVAL_PROMPT = "short"  # few-shot short answers: with the paper's prompt SmolLM2
 CRAG_CONTEXT_TOKENS = 256  # the CRAG-lite evaluator grades the head of the packed context
 
 
-@dataclass(frozen=True)
-class RecordSettings:
-    """The eval's settings: the assistant's defaults except the protocol values above."""
+# The eval's answer settings over the library's (`Settings`): the eval CLI's defaults, and every
+# run's unless its flags say otherwise.
+EVAL_DEFAULTS = MappingProxyType({"context_tokens": DEFAULT_CONTEXT_TOKENS, "prompt_style": EVAL_PROMPT})
 
+
+def eval_answer(**given: Any) -> Settings:
+    """The answer settings a run records with: EVAL_DEFAULTS under the values given (None: not given)."""
+    return Settings(**{**EVAL_DEFAULTS, **{k: v for k, v in given.items() if v is not None}})
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """One recording pass: the answer settings it records with (`answer`: `read="each"` keeps
+    every one of `answer.each` distinct passages' candidates, the Always answer chosen among the first
+    reader.READ_EACH, so a record of more scores fewer offline), and what only a recording pass has."""
+
+    answer: Settings = field(default_factory=eval_answer)
     k_max: int = K_MAX
     ks: tuple[int, ...] = KS
-    n_samples: int = DEFAULT_N_SAMPLES
-    temperature: float = DEFAULT_TEMPERATURE
-    beta: float = DEFAULT_BETA
-    top_k: int = DEFAULT_TOP_K
-    context_tokens: int = DEFAULT_CONTEXT_TOKENS
     crag_tokens: int = CRAG_CONTEXT_TOKENS
-    max_tokens: int = PAPER_MAX_TOKENS
-    prompt_style: str = EVAL_PROMPT
-    seed: int = 0
     baselines: bool = True
-    read: str = DEFAULT_READ  # what the Always branch reads: the top-K passages, or the selected sentences
-    rerank: str = ""  # re-order the top 20 before packing ("" off, "llm", a CrossEncoder): `targ_mlx.rerank`
-    depth_ratio: float = 0.0  # Always reads the top-K passages whose similarity is >= this x the most similar one's (0: all K)
-    # read="each": distinct passages read one at a time and kept as candidates (always.candidates);
-    # the Always answer is chosen among the first reader.READ_EACH of them (and the closed-book
-    # one), so a record of more scores fewer offline (scripts/bench/bench_reader.py)
-    each: int = reader.READ_EACH
+
+    def to_dict(self) -> dict:
+        """As a run's config.json keeps it: one flat table (the eval's answer fields, then the pass's)."""
+        own = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "answer"}
+        return {**{name: getattr(self.answer, name) for name in RECORDED}, **own}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> EvalSettings:
+        """From `to_dict` (or an older run's table, which lacks the fields added since)."""
+        own = {f.name for f in fields(cls)} - {"answer"}
+        kept = {k: tuple(v) if k == "ks" else v for k, v in d.items() if k in own}
+        return cls(answer=eval_answer(**{k: v for k, v in d.items() if k in RECORDED}), **kept)
+
+
+# the answer fields a run's settings keep: the eval's flags, but k (a table's prefix, not a recording's)
+RECORDED = tuple(name for name in flag_fields("eval") if name != "k")
 
 
 @dataclass
@@ -87,14 +95,14 @@ class QuestionRecord:
     def to_dict(self) -> dict:
         return asdict(self)
 
-    def never_answer(self, model: str, k: int, s: RecordSettings) -> Answer:
+    def never_answer(self, model: str, k: int, s: EvalSettings) -> Answer:
         """The answer this pass gave as the decision log keeps answers: the greedy (Never) branch
         it decoded, with every score its draft gave at prefix length k, its token counts and its
         share of the batch's draft time. No gate decided it, hence gate "never" (tau +inf)."""
         scores = {g: self.scores[g][str(k)] for g in SCORED_GATES if str(k) in self.scores.get(g, {})}
         return Answer(question=self.question, answer=self.never["answer"], model=model, gate="never",
-                      tau=float("inf"), score=None, retrieved=False, k=k, beta=s.beta, n_samples=s.n_samples,
-                      temperature=s.temperature, scores=scores,
+                      tau=float("inf"), score=None, retrieved=False, k=k, beta=s.answer.beta, n_samples=s.answer.n_samples,
+                      temperature=s.answer.temperature, scores=scores,
                       tokens=TokenCounts(prompt=self.tok_prompt, draft=min(len(self.draft), k),
                                          output=self.never["tok_out"], samples=sum(len(x[:k]) for x in self.samples)),
                       latency=Latency(draft=self.cost.get("draft", 0.0), total=self.cost.get("draft", 0.0)))
@@ -162,7 +170,7 @@ def fill_scores(records: Sequence[dict], model: str, beta: float, search_changed
     return changed
 
 
-def _context_part(bb: Backbone, items: Sequence[QAItem], found: Sequence[Sequence], s: RecordSettings,
+def _context_part(bb: Backbone, items: Sequence[QAItem], found: Sequence[Sequence], s: EvalSettings,
                   cost: dict, drafts: Sequence[Sequence[int]]) -> tuple[list[dict], list[float | None]]:
     """Everything that depends on the corpus: the packed top-K passages, the Always answer from
     B(q)+C, whether an answer string is in the retrieved passages (hit@K), whether the packed
@@ -171,16 +179,16 @@ def _context_part(bb: Backbone, items: Sequence[QAItem], found: Sequence[Sequenc
     tok = bb.tokenizer
     qs = [it.question.strip() for it in items]
     t0 = time.perf_counter()
-    packed = [pipeline.pack_found(bb, q, hits, s) for q, hits in zip(qs, found)]
+    packed = [pipeline.pack_found(bb, q, hits, s.answer) for q, hits in zip(qs, found)]
     cost["retrieval"] = cost.get("retrieval", 0.0) + time.perf_counter() - t0
 
     t0 = time.perf_counter()
     each = [None] * len(items)
-    if s.read == "each":
+    if s.answer.read == "each":
         answers, each = _read_each(bb, qs, packed, items, s)
     else:
-        rag_ids = [pipeline.prompt_ids(bb, q, s.prompt_style, p.reading.text or None) for q, p in zip(qs, packed)]
-        answers = batch.greedy_batch(bb, rag_ids, s.max_tokens).tokens
+        rag_ids = [pipeline.prompt_ids(bb, q, s.answer.prompt_style, p.reading.text or None) for q, p in zip(qs, packed)]
+        answers = batch.greedy_batch(bb, rag_ids, s.answer.max_tokens).tokens
     cost["always"] = time.perf_counter() - t0
 
     p_rel: list[float | None] = [None] * len(items)
@@ -193,12 +201,12 @@ def _context_part(bb: Backbone, items: Sequence[QAItem], found: Sequence[Sequenc
         cost["probes"] = cost.get("probes", 0.0) + time.perf_counter() - t0
     branches = []
     for it, q, p, toks, hits, d, cands in zip(items, qs, packed, answers, found, drafts, each):
-        a_ans, a_len = pipeline.answer_text(bb, toks, s.max_tokens)
+        a_ans, a_len = pipeline.answer_text(bb, toks, s.answer.max_tokens)
         branches.append({"answer": a_ans, **score_all(a_ans, it.answers), "tok_out": a_len,
                          "tok_ctx": p.reading.tokens, "passages": [passage_row(x) for x in p.passages],
                          "confirms": {str(k): int(pipeline.confirms(tok, d[:k], p.text, q)) for k in s.ks},
                          "support": round(pipeline.support_of(q, p), 4),
-                         "hit": contains(" ".join(h.text for h in hits[: s.top_k]), it.answers)}
+                         "hit": contains(" ".join(h.text for h in hits[: s.answer.top_k]), it.answers)}
                         | {"read_hit": contains(p.reading.text, it.answers)}  # in what was read, as cut
                         | ({"read": [passage_row(x) for x in p.read.passages]} if p.read is not None else {})
                         | ({"candidates": cands} if cands is not None else {}))
@@ -206,19 +214,19 @@ def _context_part(bb: Backbone, items: Sequence[QAItem], found: Sequence[Sequenc
 
 
 def _read_each(bb: Backbone, qs: Sequence[str], packed: Sequence, items: Sequence[QAItem],
-               s: RecordSettings) -> tuple[list[list[int]], list[list[dict]]]:
-    """read="each" for a batch of questions: every question's passages (its first `s.each`
+               s: EvalSettings) -> tuple[list[list[int]], list[list[dict]]]:
+    """read="each" for a batch of questions: every question's passages (its first `s.answer.each`
     distinct ones) and the question alone, decoded in one batch; the answer chosen among the
     first reader.READ_EACH and the closed-book one, as `targ ask` chooses it. Returns each
     question's chosen tokens and its candidates as records keep them: text, mean log p, source
     (CLOSED_BOOK: -1), the support features, and whether it and its passage hold a gold answer."""
-    rows = [pipeline.each_prompts(bb, q, p, s.prompt_style) for q, p in zip(qs, packed)]
-    dec = batch.greedy_batch(bb, [r for rs in rows for r in rs], s.max_tokens)
+    rows = [pipeline.each_prompts(bb, q, p, s.answer.prompt_style) for q, p in zip(qs, packed)]
+    dec = batch.greedy_batch(bb, [r for rs in rows for r in rs], s.answer.max_tokens)
     chosen, kept, at = [], [], 0
     for q, p, rs, it in zip(qs, packed, rows, items):
         toks, lps = dec.tokens[at: at + len(rs)], dec.logprobs[at: at + len(rs)]
         at += len(rs)
-        cands = pipeline.candidates(bb, toks, lps, s.max_tokens)
+        cands = pipeline.candidates(bb, toks, lps, s.answer.max_tokens)
         first = min(reader.READ_EACH, len(rs) - 1)  # what `targ ask` would have read
         choice = pipeline.choose(q, replace(p, read=replace(p.reading, passages=p.reading.passages[:first])),
                                  cands[:first] + cands[-1:])
@@ -235,7 +243,7 @@ def _read_each(bb: Backbone, qs: Sequence[str], packed: Sequence, items: Sequenc
     return chosen, kept
 
 
-def record_batch(bb: Backbone, retriever, items: Sequence[QAItem], s: RecordSettings, batch_no: int = 0,
+def record_batch(bb: Backbone, retriever, items: Sequence[QAItem], s: EvalSettings, batch_no: int = 0,
                  found: Sequence[Sequence] | None = None) -> list[QuestionRecord]:
     """Run the whole one-pass record for `items` together (see the module docstring).
 
@@ -246,18 +254,18 @@ def record_batch(bb: Backbone, retriever, items: Sequence[QAItem], s: RecordSett
     cost = dict(retrieval=0.0, draft=0.0, always=0.0, probes=0.0)
     if found is None:
         t0 = time.perf_counter()
-        found = retriever.search_batch(qs, pipeline.search_depth(s))
+        found = retriever.search_batch(qs, pipeline.search_depth(s.answer))
         cost["retrieval"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    base_ids = [pipeline.prompt_ids(bb, q, s.prompt_style) for q in qs]
-    greedy, samples = batch.draft_batch(bb, base_ids, s.k_max, s.n_samples, max(s.k_max, s.max_tokens),
-                                        s.temperature, seed=sample_seed(s.seed, batch_no))
+    base_ids = [pipeline.prompt_ids(bb, q, s.answer.prompt_style) for q in qs]
+    greedy, samples = batch.draft_batch(bb, base_ids, s.k_max, s.answer.n_samples, max(s.k_max, s.answer.max_tokens),
+                                        s.answer.temperature, seed=sample_seed(s.answer.seed, batch_no))
     cost["draft"] = time.perf_counter() - t0
 
     always, p_rel = _context_part(bb, items, found, s, cost, greedy.tokens)
 
-    never_text = [pipeline.answer_text(bb, g, s.max_tokens) for g in greedy.tokens]
+    never_text = [pipeline.answer_text(bb, g, s.answer.max_tokens) for g in greedy.tokens]
     probe_vals: list[dict] = [{} for _ in items]
     if s.baselines:
         t0 = time.perf_counter()
@@ -276,8 +284,8 @@ def record_batch(bb: Backbone, retriever, items: Sequence[QAItem], s: RecordSett
         n_ans, n_len = never_text[i]
         out.append(QuestionRecord(
             id=it.id, question=it.question, answers=list(it.answers), tok_prompt=len(base_ids[i]),
-            draft=greedy.tokens[i], entropies=ents, gaps=gaps_, logprobs=lps[: min(len(lps), s.max_tokens)],
-            samples=samples[i], scores=gate_scores(ents, gaps_, samples[i], s.ks, s.beta, always[i]["passages"],
+            draft=greedy.tokens[i], entropies=ents, gaps=gaps_, logprobs=lps[: min(len(lps), s.answer.max_tokens)],
+            samples=samples[i], scores=gate_scores(ents, gaps_, samples[i], s.ks, s.answer.beta, always[i]["passages"],
                                                    bb.model_id, always[i]["confirms"], always[i]["support"]),
             never={"answer": n_ans, **score_all(n_ans, it.answers), "tok_out": n_len},
             always=always[i], probes=probe_vals[i], cost=share, batch=batch_no,
@@ -285,7 +293,7 @@ def record_batch(bb: Backbone, retriever, items: Sequence[QAItem], s: RecordSett
     return out
 
 
-def rerecord_batch(bb: Backbone, items: Sequence[QAItem], base: Sequence[dict], s: RecordSettings,
+def rerecord_batch(bb: Backbone, items: Sequence[QAItem], base: Sequence[dict], s: EvalSettings,
                    found: Sequence[Sequence]) -> list[dict]:
     """The same questions over another corpus: `base` records (same model and settings, another
     index) keep their draft, samples, Never answer and corpus-free probes; only the retrieval, the
@@ -299,6 +307,6 @@ def rerecord_batch(bb: Backbone, items: Sequence[QAItem], base: Sequence[dict], 
         # (its CRAG probe graded a context of the same token budget)
         share = {**r.get("cost", {}), "retrieval": cost["retrieval"] / len(items), "always": cost["always"] / len(items)}
         row = {**r, "always": a, "probes": probes_, "cost": share}
-        fill_scores([row], bb.model_id, s.beta, search_changed=True)  # the new corpus's search
+        fill_scores([row], bb.model_id, s.answer.beta, search_changed=True)  # the new corpus's search
         out.append(row)
     return out

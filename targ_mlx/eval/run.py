@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 from targ_mlx import pipeline
 from targ_mlx.eval.datasets import QAItem
 from targ_mlx.eval.latency import time_question
-from targ_mlx.eval.record import QuestionRecord, RecordSettings, record_batch, rerecord_batch
+from targ_mlx.eval.record import QuestionRecord, EvalSettings, record_batch, rerecord_batch
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ def in_item_order(path: Path, items: Sequence[QAItem]) -> list[dict]:
     return ordered
 
 
-def run_records(bb, retriever, items: Sequence[QAItem], s: RecordSettings, out_dir: Path, batch_size: int = DEFAULT_BATCH,
+def run_records(bb, retriever, items: Sequence[QAItem], s: EvalSettings, out_dir: Path, batch_size: int = DEFAULT_BATCH,
                 progress: Callable[[int, int], None] | None = None, log=None, log_k: int = 20,
                 session: str | None = None, index_id: str | None = None,
                 after_batch: Callable[[list[dict]], None] | None = None,
@@ -107,7 +107,7 @@ def run_records(bb, retriever, items: Sequence[QAItem], s: RecordSettings, out_d
     pending = [it for it in items if it.id not in done]
     # one search_batch for every pending question: the encoder is fastest on many short queries
     t0 = time.perf_counter()
-    hits = dict(zip((it.id for it in pending), retriever.search_batch([it.question.strip() for it in pending], pipeline.search_depth(s))
+    hits = dict(zip((it.id for it in pending), retriever.search_batch([it.question.strip() for it in pending], pipeline.search_depth(s.answer))
                     if pending else []))
     search_share = (time.perf_counter() - t0) / max(len(pending), 1)
     for b in range(math.ceil(total / batch_size)):
@@ -139,7 +139,7 @@ def run_records(bb, retriever, items: Sequence[QAItem], s: RecordSettings, out_d
     return [by_id[it.id] for it in items if it.id in by_id]
 
 
-def log_record(log, r: QuestionRecord, model: str, s: RecordSettings, k: int, session: str | None,
+def log_record(log, r: QuestionRecord, model: str, s: EvalSettings, k: int, session: str | None,
                index_id: str | None) -> int:
     """One decision-log row per question: the record's own Never answer (`never_answer`) with both
     branches' outcomes, so `targ-calibrate` can fit tau from eval runs."""
@@ -157,7 +157,7 @@ def latency_items(items: Sequence[QAItem], n: int, seed: int) -> list[QAItem]:
     return [items[i] for i in idx]
 
 
-def run_latency(bb, retriever, items: Sequence[QAItem], never_answers: dict[str, str], s: RecordSettings,
+def run_latency(bb, retriever, items: Sequence[QAItem], never_answers: dict[str, str], s: EvalSettings,
                 out_dir: Path, progress: Callable[[int, int], None] | None = None) -> dict[str, dict]:
     """Batch-1 stage timings for `items` (resumable, like run_records); returns id -> timings."""
     path = Path(out_dir) / LATENCY

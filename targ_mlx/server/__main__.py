@@ -27,7 +27,7 @@ class BindError(TargError):
 
 
 def add_serve_args(p: argparse.ArgumentParser) -> None:
-    add_common_args(p)
+    add_common_args(p, "serve")
     p.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST}: this machine only)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
     p.add_argument("--api-key", help=f"require 'Authorization: Bearer KEY' on every route but /health (default "

@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # the same names as type checkers, farm-studio and readers se
     from targ_mlx.session.options import IndexWhen, Options, add_common_args
     from targ_mlx.session.session import NotScoredError, Session, new_chat_id
     from targ_mlx.session.view import DecisionView
-    from targ_mlx.settings import Settings
+    from targ_mlx.settings import Settings, add_flags, flag_fields, given
 
 _WHERE = {
     "Options": "options", "IndexWhen": "options", "add_common_args": "options",
@@ -37,7 +37,7 @@ _WHERE = {
     "DecisionView": "view",
     "Drafted": "events", "Searched": "events", "Decided": "events", "Text": "events", "Done": "events",
     "Event": "events",
-    "Settings": "settings",
+    "Settings": "settings", "add_flags": "settings", "flag_fields": "settings", "given": "settings",
     "default_model": "config", "model_key": "model_spec",
     "label_decision": "feedback", "LABELS": "decisions", "UnknownDecisionError": "decisions",
     "named_index": "named",  # the module: what `/index get NAME` builds, where, and the build itself

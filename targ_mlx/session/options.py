@@ -15,8 +15,8 @@ from typing import Any, Literal, Mapping
 
 from targ_mlx.config import Config, load_config
 from targ_mlx.errors import QuestionError, check_text
-from targ_mlx.flags import add_common_args, setting_flags, settings_from_args  # noqa: F401  (re-exported for the faces)
-from targ_mlx.settings import Settings
+from targ_mlx.flags import add_common_args  # noqa: F401  (re-exported for the faces)
+from targ_mlx.settings import Settings, given
 
 # how the index opens: on the first search (ask, serve: an answer from memory never loads it),
 # now (eval), or now with a build of a missing or unfinished index in the background (chat)
@@ -55,7 +55,7 @@ class Options:
     def from_args(cls, args: argparse.Namespace, **kw: Any) -> Options:
         """From flags added by `add_common_args` (and `targ ask`'s own); `kw` sets the rest."""
         return cls(model=args.model, index=tuple(args.index or ()), retriever=args.retriever, db=args.db,
-                   config=args.config, settings=setting_flags(args), **kw)
+                   config=args.config, settings=given(args), **kw)
 
     def resolve(self) -> tuple[Config, Settings]:
         """(the config with this model and log, the answer settings): bad values fail here."""

@@ -29,7 +29,7 @@ from targ_mlx.log.decisions import DecisionLog
 from targ_mlx.records import Answer
 from targ_mlx.retrieval import Retriever
 from targ_mlx.runtime.backbone import Backbone
-from targ_mlx.settings import Settings
+from targ_mlx.settings import Settings, resolve_tau, tau_calibrated
 
 
 class NotScoredError(TargError):
@@ -177,7 +177,7 @@ class Session:
         """'' when tau was calibrated for this model key (by the user or shipped) or chosen by the
         user (/tau, /budget, --tau); else a warning that says when `/recalibrate` can fit one."""
         s, cfg, model = self.settings, self.config, self.backbone.model_id
-        if not s.scored or cfg.tau_calibrated(model, s.gate) or s.tau != cfg.tau_for(model, s.gate):
+        if not s.scored or tau_calibrated(s.gate, model, cfg) or s.tau != resolve_tau(s.gate, None, model, cfg):
             return ""
         n = len(self._score_rows())
         when = "now" if n >= MIN_ROWS else f"after {MIN_ROWS} answers ({n}/{MIN_ROWS})"

@@ -7,6 +7,7 @@ from targ_mlx.calibration.thresholds import budget_threshold
 from targ_mlx.config import Config
 from targ_mlx.log.decisions import DecisionLog
 from targ_mlx.records import Answer
+from targ_mlx.settings import resolve_tau
 from tui.app import make_app
 from tui.widgets import ChatLog, DecisionPanel, MessageView, SourcesPanel, StatusBar
 
@@ -92,7 +93,7 @@ async def test_slash_commands_change_gate_tau_k(backbone, retriever, log, tmp_pa
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press(*"/gate entropy", "enter")
         assert app.assistant.settings.gate == "entropy"
-        assert app.assistant.settings.tau == Config().tau_for("smollm2-135m", "entropy")
+        assert app.assistant.settings.tau == resolve_tau("entropy", None, "smollm2-135m", Config())
         await pilot.press(*"/tau 0.42", "enter", *"/k 6", "enter")
         assert (app.assistant.settings.tau, app.assistant.settings.k) == (0.42, 6)
         assert "τ 0.420" in app.query_one(StatusBar).render().plain

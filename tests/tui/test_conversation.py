@@ -11,12 +11,14 @@ import pytest
 from rich.console import Console
 
 from targ_mlx.assistant import Assistant, Settings
-from targ_mlx.config import CALIBRATED_TAU, Config
+from targ_mlx.config import Config
+from targ_mlx.gates.paper import CALIBRATED_TAU
 from targ_mlx.defaults import SMALL_MODEL
 from targ_mlx.log.decisions import DecisionLog
 from tui.app import make_app
 from tui.widgets import ChatLog, DecisionPanel, MessageView, SourcesPanel, StatusBar
 from targ_mlx.session import DecisionView as DecisionInfo
+from targ_mlx.settings import resolve_tau
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 SIZE = (120, 36)
@@ -108,7 +110,7 @@ def status_for(app) -> str:
 async def test_status_bar_says_whether_tau_is_calibrated(backbone, art_retriever, log, tmp_path):
     cfg = Config()
     assert backbone.model_id == SMALL_MODEL
-    tau = cfg.tau_for(SMALL_MODEL, "margin")
+    tau = resolve_tau("margin", None, SMALL_MODEL, cfg)
     assert tau == CALIBRATED_TAU[SMALL_MODEL]["margin"]
     app = chat_app(backbone, art_retriever, log, tmp_path, gate="margin", tau=tau)
     async with app.run_test(size=SIZE) as pilot:
@@ -117,7 +119,7 @@ async def test_status_bar_says_whether_tau_is_calibrated(backbone, art_retriever
 
     # The same weights under another model key: no shipped tau, so the placeholder is flagged.
     other = replace(backbone, model_id="/models/my-finetune.gguf")
-    placeholder = cfg.tau_for(other.model_id, "margin")
+    placeholder = resolve_tau("margin", None, other.model_id, cfg)
     app = chat_app(other, art_retriever, log, tmp_path, gate="margin", tau=placeholder)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()

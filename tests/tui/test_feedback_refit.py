@@ -7,6 +7,7 @@ from targ_mlx.assistant import Assistant, Settings
 from targ_mlx.calibration.cli import main as calibrate
 from targ_mlx.config import Config, load_config
 from targ_mlx.log.decisions import DecisionLog
+from targ_mlx.settings import resolve_tau
 from tests.test_calibrate_refit import OTHER, hurts, u_shift
 from tui.app import make_app
 from tui.widgets import StatusBar
@@ -58,5 +59,5 @@ async def test_f2_f3_labels_in_the_chat_refit_the_calibration_in_their_direction
     cfg = load_config()
     shift = u_shift(tmp_path / "chat.db", MODEL, shipped[0], cfg.evidence_calibration(MODEL)[0])
     assert shift.max() <= 1e-9 and shift.min() < -0.01, shift  # reading did not help: U_evi down
-    assert cfg.tau_for(OTHER, "evidence") == before.tau_for(OTHER, "evidence")
+    assert resolve_tau("evidence", None, OTHER, cfg) == resolve_tau("evidence", None, OTHER, before)
     assert cfg.evidence_calibration(OTHER) == shipped_other
