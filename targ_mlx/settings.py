@@ -215,7 +215,8 @@ def add_flags(p: argparse.ArgumentParser, face: str, shown: Mapping[str, Any] = 
         value = shown.get(name, f.default)
         value = "off" if value == "" else value
         where = f"default: the config's, else {value}" if from_config else f"default {value}"
-        kw = dict(dest=name, default=None, help=f"{f.metadata['help']} ({where})")
+        help_ = f.metadata["help"] if value is None else f"{f.metadata['help']} ({where})"  # tau says its own
+        kw = dict(dest=name, default=None, help=help_)
         for key in ("type", "choices", "metavar"):
             if f.metadata[key] is not None:
                 kw[key] = f.metadata[key]
