@@ -12,7 +12,7 @@ from targ_mlx.defaults import BIGGER_INDEX_HINT
 from targ_mlx.errors import check_text, run_cli
 from targ_mlx.gates import SCORED_GATES
 from targ_mlx.session.open import open_session
-from targ_mlx.session.options import Options, add_common_args
+from targ_mlx.session.options import add_common_args, config_from_args
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
 def ask(args: argparse.Namespace) -> int:
     bind_openblas()  # before the first import of mlx.core (the session's)
     check_text(args.question)  # bad values are one line before the model loads
-    session = open_session(Options.from_args(args, log=not args.no_log, chat=args.chat))
+    session = open_session(config_from_args(args), log=not args.no_log, chat=args.chat)
     for event in session.ask(args.question):  # drafted, searched, decided, text..., done
         last = event
     ans = last.answer

@@ -1,15 +1,19 @@
-"""The user's config file: read into one frozen `Config`, written atomically; nothing else.
+"""The user's config file: read into one frozen `Config`, written atomically; the flags go over it.
 
-What it holds: where things are (model, index, decision log), answer settings (any field of
-`settings.Settings` by its name: `gate`, `k`, `read`, ...; checked against that field's type), and
-the thresholds and fits calibrated for each model. The settings' defaults and their layering
-(face defaults < this file < the flags) live in `settings.py`; tau is resolved there
+What it holds: where things are (model, index folders, retriever, decision log), answer settings
+(any field of `settings.Settings` by its name: `gate`, `k`, `read`, ...; checked against that
+field's type), and the thresholds and fits calibrated for each model. A face's flags go over the
+file's values (`Config.merged`, `session.config_from_args`). The settings' defaults and their
+layering (face defaults < this file < the flags) live in `settings.py`; tau is resolved there
 (`settings.resolve_tau`). The file lives under the user config dir (platformdirs) unless
 TARG_MLX_CONFIG or `--config` says otherwise; `targ-calibrate --write` stores calibrated
 thresholds in it per model and gate:
 
     model = "qwen2.5-coder-1.5b"
+    index = ["/data/targ-simplewiki", "/data/notes-index"]   # or one folder as a string
+    retriever = "hybrid"
     gate = "evidence"
+    read = "each"
 
     [tau]                     # defaults per gate, used for models with no calibrated value
     margin = 0.35
@@ -36,11 +40,13 @@ import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import platformdirs
 
+from targ_mlx.errors import check_text
 from targ_mlx.paths import APP_NAME
+from targ_mlx.retrieval import RETRIEVERS
 from targ_mlx.defaults import DEFAULT_MODEL, MODEL_ENV, SMALL_MODEL
 from targ_mlx.gates import DEFAULT_TAU
 from targ_mlx.gates import SCORED_GATES as GATES  # the built-in gates with a threshold (never/always have none)
@@ -113,10 +119,15 @@ def _frozen(mapping: Mapping) -> MappingProxyType:
 
 @dataclass(frozen=True)
 class Config:
+    """The user's configuration: the config file's values (`load_config`), with the flags a face was
+    given over them (`merged`): where things are, the answer settings, the calibrated thresholds."""
+
     model: str = field(default_factory=lambda: default_model(note=False))  # as `targ ask --model` takes it
-    index: str | None = None  # index directory; None = the package default
+    index: tuple[str, ...] = ()  # index folders searched together; () = the offline default index
+    retriever: str | None = None  # dense, bm25 or hybrid; None: each index's default
     db: str = field(default_factory=lambda: str(default_db_path()))  # decision log file
-    # answer settings the file gives (Settings' field names; the flags go over them)
+    path: str | None = None  # the config file read (and written by /recalibrate); None: the user's
+    # answer settings (Settings' field names) the file gives, and the flags over them
     settings: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     # gate -> tau, used when no value was calibrated for the model (`settings.resolve_tau`)
     tau: Mapping[str, float] = field(default_factory=lambda: DEFAULT_TAU)
@@ -129,6 +140,9 @@ class Config:
         default_factory=lambda: MappingProxyType({})
     )
 
+    def __post_init__(self):
+        object.__setattr__(self, "index", tuple(self.index or ()))
+
     def evidence_calibration(self, model: str) -> tuple[Mapping, str]:
         """(the evidence gate's calibration for this model key, its label): the user's own fit
         (`targ-calibrate fit`), else the shipped one, else the pooled default."""
@@ -136,20 +150,26 @@ class Config:
 
         return resolve(model, self.evidence_by_model.get(model))
 
-    def merged(self, model: str | None = None, db: str | None = None, index: str | None = None,
-               **settings: Any) -> Config:
-        """A copy with the given values replaced, skipping None (a CLI flag not given): where things
-        are, and answer settings over the file's. The apps call this with their flags, so a default
-        model that is still in use is noted here."""
-        where = {k: v for k, v in dict(model=model, db=db, index=index).items() if v is not None}
-        _check_settings(settings, "the values given")
+    def merged(self, model: str | None = None, db: str | None = None, index: Sequence[str] | None = None,
+               retriever: str | None = None, **settings: Any) -> Config:
+        """A copy with the given values over the file's, skipping None and () (a flag not given):
+        where things are, and answer settings (tau too: a flag's threshold). The faces call this
+        with their flags, so a default model that is still in use is noted here."""
+        where = {k: v for k, v in dict(model=model, db=db, index=tuple(index or ()) or None,
+                                       retriever=retriever).items() if v is not None}
+        for key, value in where.items():
+            for text in (value if key == "index" else (value,)):
+                check_text(text, f"--{key} {text!r}")
+        if where.get("retriever") not in (None, *RETRIEVERS):
+            raise ValueError(f"retriever {where['retriever']!r} unknown; choose one of {', '.join(RETRIEVERS)}")
         given = {k: v for k, v in settings.items() if v is not None}
+        _check_settings({k: v for k, v in given.items() if k != "tau"}, "the values given")
         cfg = replace(self, **where, settings=MappingProxyType({**self.settings, **given}))
         note_fallback(cfg.model)
         return cfg
 
 
-_PLACES = {"model": "str", "index": "str | None", "db": "str"}
+_PLACES = {"model": "str", "index": "str", "retriever": "str", "db": "str"}
 FITS = ("read", "read_support", "memory", "memory_confirmed", "memory_unconfirmed")  # an evidence calibration's knots
 _FIT_INFO = {"tau": (int, float), "tau_rate": (int, float), "n": (int,), "n_confirmed": (int,), "date": (str,),
              "source": (str,), "records": (list,), "feedback": (int,)}
@@ -239,11 +259,16 @@ def _parse(doc: dict, path: Path) -> Config:
                 else:
                     raise ValueError(f"Unknown config key: tau.{name} in {path}")
             continue
+        if key == "index" and isinstance(value, list) and all(isinstance(v, str) for v in value):
+            values[key] = tuple(value)  # several folders, searched together
+            continue
         if key in _PLACES:
             allowed = _TYPES[_PLACES[key]]
             if isinstance(value, bool) or not isinstance(value, allowed):
                 raise ValueError(f"Config key {key} must be a {allowed[-1].__name__}; got {value!r} in {path}")
-            values[key] = value
+            if key == "retriever" and value not in RETRIEVERS:
+                raise ValueError(f"Config key retriever must be one of {', '.join(RETRIEVERS)}; got {value!r} in {path}")
+            values[key] = (value,) if key == "index" else value
             continue
         _check_settings({key: value}, path)
         settings[key] = float(value) if _setting_types()[key] == (int, float) else value
@@ -264,16 +289,18 @@ def load_config(path: str | os.PathLike | None = None) -> Config:
 
     A missing default file means defaults; a missing explicit path is an error (likely a typo).
     """
+    explicit = path is not None
     if path is None:
         path = default_config_path()
         if not path.exists():
             return Config()
     path = Path(path)
+    check_text(str(path), f"--config {str(path)!r}")
     if not path.exists():
         raise FileNotFoundError(
             f"Config file not found: {path} (create it, or drop --config to use the default)"
         )
-    return _parse(_read(path), path)
+    return replace(_parse(_read(path), path), path=str(path) if explicit else None)
 
 
 def _write(doc: dict, path: Path) -> Path:

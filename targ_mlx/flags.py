@@ -26,11 +26,6 @@ def add_common_args(p: argparse.ArgumentParser, face: str) -> None:
     add_flags(p, face)
 
 
-def index_folders(flag: list[str] | None, configured: str | None) -> list[str]:
-    """The `--index` folders given, else the configured one, else none (the default index)."""
-    return flag or ([configured] if configured else [])
-
-
 def open_index(paths: list[str], retriever: str | None = None, quiet: bool = False):
     """A zero-argument loader for the retriever, so answers that skip retrieval never load it
     (the lazy index policy of `targ_mlx.session.open_session`).

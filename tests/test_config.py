@@ -29,7 +29,7 @@ def write(path: Path, text: str) -> Path:
 def test_defaults():
     """The file gives no answer setting; the apps' come from APP_DEFAULTS over Settings' own."""
     cfg = Config()
-    assert (cfg.model, cfg.index, dict(cfg.settings)) == ("smollm2-135m", None, {})
+    assert (cfg.model, cfg.index, dict(cfg.settings)) == ("smollm2-135m", (), {})
     s = Settings.from_config(cfg, "smollm2-135m")
     assert (s.gate, s.k, s.beta, s.n_samples, s.temperature, s.top_k, s.context_tokens, s.max_tokens) == (
         "evidence", 20, 3.0, 5, 0.7, 5, 1024,
@@ -105,7 +105,7 @@ entropy = 0.9
         "qwen",
         "entropy",
         10,
-        "/data/index",
+        ("/data/index",),
     )
     assert cfg.settings["beta"] == 2.0 and isinstance(cfg.settings["beta"], float)
     s = Settings.from_config(cfg, "qwen")
@@ -262,3 +262,18 @@ def test_default_model_is_the_1_5b_where_installed_else_smollm2_said_once(monkey
     assert err.count("note: qwen2.5-coder-1.5b is not installed") == (1 if expected == SMALL_MODEL else 0)
     monkeypatch.setenv("TARG_MLX_MODEL", "some/repo")
     assert config.Config().model == "some/repo"
+
+
+def test_the_file_names_index_folders_and_a_retriever_and_the_flags_go_over_them(tmp_path):
+    path = write(tmp_path / "c.toml", 'index = ["/a", "/b"]\nretriever = "hybrid"\nread = "each"\n')
+    cfg = load_config(path)
+    assert (cfg.index, cfg.retriever, cfg.settings["read"], cfg.path) == (("/a", "/b"), "hybrid", "each", str(path))
+    assert load_config(write(tmp_path / "one.toml", 'index = "/a"\n')).index == ("/a",)
+    flags = cfg.merged(index=["/c"], retriever="bm25", read="distinct", tau=0.2)
+    assert (flags.index, flags.retriever, flags.settings["read"], flags.settings["tau"]) == (("/c",), "bm25", "distinct", 0.2)
+    assert cfg.merged(index=[], retriever=None).index == ("/a", "/b")  # no --index: the file's folders
+    assert Settings.from_config(flags, "m", gate="margin").tau == 0.2  # a --tau flag carried in the settings
+    with pytest.raises(ValueError, match="Config key retriever must be one of dense, bm25, hybrid; got 'vector'"):
+        load_config(write(tmp_path / "bad.toml", 'retriever = "vector"\n'))
+    with pytest.raises(ValueError, match="retriever 'vector' unknown"):
+        cfg.merged(retriever="vector")

@@ -7,7 +7,7 @@ import pytest
 from targ_mlx.cli import main as ask_main
 from targ_mlx.cli import setup_arg_parser as ask_parser
 from targ_mlx.config import Config, load_config, save_tau
-from targ_mlx.session.options import Options
+from targ_mlx.session.options import config_from_args, resolve
 from targ_mlx.runtime.model_spec import alias_path, model_key
 from targ_mlx.settings import Settings
 from tui.__main__ import setup_arg_parser as chat_parser
@@ -74,7 +74,7 @@ def test_one_tau_key_for_ask_chat_and_eval(tmp_path, backbone):
         ask = ask_parser().parse_args(["ask", "q", "--model", spec, "--gate", "margin", "--config", str(config)])
         chat = chat_parser().parse_args(["--model", spec, "--gate", "margin", "--config", str(config)])
         for args in (ask, chat):
-            assert Options.from_args(args).resolve()[1].tau == 0.123, (spec, args)
+            assert resolve(config_from_args(args)).tau == 0.123, (spec, args)
     assert backbone.model_id == model_key("smollm2-135m") == model_key(path)
 
 
@@ -121,7 +121,7 @@ def test_a_flag_reaches_the_settings_the_same_way_in_every_face(tmp_path):
         else:
             (tmp_path / "c.toml").write_text("top_k = 2\nread = 'distinct'\n")  # the flags go over the file
             args.config = str(tmp_path / "c.toml")
-            s = Options.from_args(args).resolve()[1]
+            s = resolve(config_from_args(args))
         assert (s.top_k, s.read, s.each, s.temperature) == (7, "each", 4, 0.5), face
 
 

@@ -7,7 +7,7 @@ import sys
 
 from targ_mlx import bind_openblas
 from targ_mlx.errors import run_cli
-from targ_mlx.session import Options, add_common_args, open_session
+from targ_mlx.session import Config, add_common_args, config_from_args, open_session, resolve
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
@@ -20,16 +20,12 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     return p
 
 
-def options_from_args(args: argparse.Namespace) -> Options:
-    """The chat's session: a long run; an index still building answers from memory meanwhile."""
-    return Options.from_args(args, source="chat", long_running=True, index_when="background")
-
-
-def make_loader(options: Options):
-    """`loader(progress) -> Session`: model, then index (built on first run), run in the app's worker."""
+def make_loader(config: Config):
+    """`loader(progress) -> Session`: model, then index (built on first run), run in the app's worker.
+    The chat's session: a long run; an index still building answers from memory meanwhile."""
 
     def load(progress):
-        return open_session(options, progress)
+        return open_session(config, progress, source="chat", long_running=True, index_when="background")
 
     return load
 
@@ -42,9 +38,9 @@ def _run(args: argparse.Namespace) -> int:
     bind_openblas()  # before the first import of mlx.core (the app's session)
     from tui.app import make_app
 
-    options = options_from_args(args)
-    options.resolve()  # bad values fail here, before the app starts
-    app = make_app(make_loader(options), config_path=args.config, resume=args.last and not args.new)
+    config = config_from_args(args)
+    resolve(config)  # bad values fail here, before the app starts
+    app = make_app(make_loader(config), config_path=args.config, resume=args.last and not args.new)
     if sys.stdin.isatty():
         app.exit_when_terminal_closes(sys.stdin.fileno())
     app.run()

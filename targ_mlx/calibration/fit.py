@@ -95,9 +95,9 @@ def record(args, key: str, k: int, beta: float, cfg) -> tuple[list[dict], str]:
     out = Path(args.output_dir) if args.output_dir else run_dir(key, args.data_file)
     settings = EvalSettings(eval_answer(beta=beta, n_samples=0), k_max=k, ks=(k,), baselines=False)
     from targ_mlx import index
-    from targ_mlx.session import Options, open_session
+    from targ_mlx.session import open_session
 
-    folder = index.ensure_index(args.index or cfg.index)  # built or resumed here: the check below needs its path
+    folder = index.ensure_index(args.index or (cfg.index[0] if cfg.index else None))  # built or resumed here: the check below needs its path
     prev = out / "config.json"
     if prev.is_file():  # a rerun continues these records only if they were made the same way
         theirs = json.loads(prev.read_text())
@@ -106,10 +106,8 @@ def record(args, key: str, k: int, beta: float, cfg) -> tuple[list[dict], str]:
             raise ValueError(f"{out} holds records of {theirs.get('model')} over {theirs.get('index')} made with "
                              "other settings; fix: pass another --output-dir, or delete that folder")
     try:  # the model and the index open as every face opens them (no log: the records are the output)
-        session = open_session(Options(model=args.model, index=(str(folder),), retriever=args.retriever,
-                                       config=args.config if args.config and Path(args.config).exists() else None,
-                                       log=False, source="eval", long_running=True, index_when="eager",
-                                       quiet=args.quiet))
+        session = open_session(cfg.merged(model=args.model, index=(str(folder),), retriever=args.retriever),
+                               log=False, source="eval", long_running=True, index_when="eager", quiet=args.quiet)
     except TargError as e:
         if not isinstance(e, ModelLoadError):
             raise

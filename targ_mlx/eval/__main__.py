@@ -312,14 +312,15 @@ def run(args) -> int:
     bb = retriever = log = opened = None
     session = f"eval-{uuid.uuid4().hex[:8]}"
     if not args.report_only:
-        from targ_mlx.session import Options, default_model, open_session
+        from targ_mlx.session import default_model, load_config, open_session
 
         # an interrupted build of the index (default or --index) is resumed, not refused
         retriever_mode = args.retriever or _resumed_retriever(root, [n for n, _ in sets])
         args.model = _resumed_model(args, list(outs.values()))
-        opened_session = open_session(Options(
-            model=args.model or default_model(), index=(args.index,) if args.index else (), retriever=retriever_mode,
-            db=args.db, log=bool(args.db), source="eval", long_running=True, index_when="eager", quiet=args.quiet))
+        config = load_config().merged(model=args.model or default_model(), index=(args.index,) if args.index else (),
+                                      retriever=retriever_mode, db=args.db)
+        opened_session = open_session(config, log=bool(args.db), source="eval", long_running=True,
+                                      index_when="eager", quiet=args.quiet)
         bb, retriever, log, opened = (opened_session.backbone, opened_session.retriever, opened_session.log,
                                       opened_session.index)
         args.index, args.retriever = str(opened.paths[0]), retriever_mode

@@ -166,13 +166,13 @@ def report(run_dir: Path, k: int, n_boot: int) -> str:
 
 def draw(run_dir: Path, seeds: Sequence[int], model: str | None = None, quiet: bool = False) -> None:
     """Append the missing (question, seed) rows to run_dir/variance_seeds.jsonl."""
-    from targ_mlx.session import Options, open_session
+    from targ_mlx.session import load_config, open_session
 
     cfg = json.loads((run_dir / "config.json").read_text())
     records = read_jsonl(run_dir / RECORDS)
     have, _ = resume_jsonl(run_dir / SEEDS_FILE)
     # the model only (the index opens on a first search, which resampling never makes); a long run
-    bb = open_session(Options(model=model or cfg["model"], log=False, long_running=True)).backbone
+    bb = open_session(load_config().merged(model=model or cfg["model"]), log=False, long_running=True).backbone
     for seed in seeds:
         if seed == int(cfg["settings"]["seed"]):
             logger.warning("seed %d is the run's own: its samples are in %s already", seed, RECORDS)

@@ -15,7 +15,7 @@ import uuid
 from targ_mlx import bind_openblas
 from targ_mlx.errors import TargError, run_cli
 from targ_mlx.server import DEFAULT_QUEUE
-from targ_mlx.session import Options, add_common_args, open_session
+from targ_mlx.session import add_common_args, config_from_args, open_session
 
 API_KEY_ENV = "TARG_API_KEY"
 DEFAULT_HOST = "127.0.0.1"
@@ -67,7 +67,7 @@ def build(args: argparse.Namespace):
 
     # a server decodes for hours (2 MB pages now); the log's schema knows the sources chat, eval,
     # ask: a served answer is an ask, its session says serve
-    session = open_session(Options.from_args(args, long_running=True))
+    session = open_session(config_from_args(args), long_running=True)
     session.attach(session="serve-" + uuid.uuid4().hex[:8])
     return make_app(session, session.model_id, args.api_key, args.queue), session.model_id
 

@@ -1,8 +1,8 @@
-"""The one front door: `open_session(Options(...))` loads the model, the index, the log and the
+"""The one front door: `open_session(config)` loads the model, the index, the log and the
 gate's settings once, and returns a `Session` whose `ask(question)` yields the runner's events;
 `DecisionView` is what a face shows of a decision, live or logged.
 
-    session = open_session(Options(model="smollm2-135m", index=("index/notes",)))
+    session = open_session(load_config().merged(model="smollm2-135m", index=("index/notes",)))
     for event in session.ask("who painted the mona lisa"):
         ...  # Drafted, Searched, Decided, Text (cumulative answer), Done(answer)
 
@@ -18,27 +18,27 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the same names as type checkers, farm-studio and readers see them; at run time
     # they load on first use (`__getattr__` below), so parsing flags loads no model runtime
-    from targ_mlx.config import default_model
+    from targ_mlx.config import Config, default_model, load_config
     import targ_mlx.index.named as named_index
     from targ_mlx.log.decisions import LABELS, UnknownDecisionError
     from targ_mlx.runner import Decided, Done, Drafted, Event, Searched, Text
     from targ_mlx.runtime.model_spec import model_key
     from targ_mlx.session.feedback import label_decision
     from targ_mlx.session.open import open_session
-    from targ_mlx.session.options import IndexWhen, Options, add_common_args
+    from targ_mlx.session.options import IndexWhen, add_common_args, config_from_args, resolve
     from targ_mlx.session.session import NotScoredError, Session, new_chat_id
     from targ_mlx.session.view import DecisionView
     from targ_mlx.settings import Settings, add_flags, flag_fields, given
 
 _WHERE = {
-    "Options": "options", "IndexWhen": "options", "add_common_args": "options",
+    "IndexWhen": "options", "add_common_args": "options", "config_from_args": "options", "resolve": "options",
     "open_session": "open",
     "Session": "session", "NotScoredError": "session", "new_chat_id": "session",
     "DecisionView": "view",
     "Drafted": "events", "Searched": "events", "Decided": "events", "Text": "events", "Done": "events",
     "Event": "events",
     "Settings": "settings", "add_flags": "settings", "flag_fields": "settings", "given": "settings",
-    "default_model": "config", "model_key": "model_spec",
+    "default_model": "config", "load_config": "config", "Config": "config", "model_key": "model_spec",
     "label_decision": "feedback", "LABELS": "decisions", "UnknownDecisionError": "decisions",
     "named_index": "named",  # the module: what `/index get NAME` builds, where, and the build itself
 }
