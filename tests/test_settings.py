@@ -103,6 +103,25 @@ def test_every_answer_field_is_a_flag_of_each_face_that_takes_it():
             assert getattr(parser.parse_args(_required(face)), name) is None, (face, name)  # not given: the layers below
 
 
+def test_every_answer_field_is_a_key_of_the_config_file(tmp_path):
+    """The file takes the same fields by name (tau is its table of thresholds), checked by type."""
+    from targ_mlx.settings import flag_fields
+
+    for name, f in flag_fields().items():
+        if name == "tau":
+            continue
+        value = Settings().__getattribute__(name)
+        text = f'{name} = "{value}"' if isinstance(value, str) else f"{name} = {value}"
+        assert load_config(_write(tmp_path / f"{name}.toml", text)).settings[name] == value, name
+        with pytest.raises(ValueError, match=f"Config key {name} must be"):
+            load_config(_write(tmp_path / f"bad-{name}.toml", f"{name} = true"))
+
+
+def _write(path, text: str):
+    path.write_text(text + "\n", encoding="utf-8")
+    return path
+
+
 def _required(face: str) -> list[str]:
     return {"ask": ["q"], "eval": ["--output-dir", "x"]}.get(face, [])
 
