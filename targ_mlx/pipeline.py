@@ -183,7 +183,7 @@ def answer_text(bb: Backbone, tokens: Sequence[int], cap: int) -> tuple[str, int
     return bb.tokenizer.decode(ids).strip(), len(ids)
 
 
-def support_of(question: str, packed: PackedContext) -> float:
+def support_of(question: str, packed: prompts.PackedContext) -> float:
     """The selection's support over the passages the gate sees (`selection.support`): the runner's
     and the eval's one computation of it."""
     return selection.support(question, [(p.title, p.text) for p in packed.passages])

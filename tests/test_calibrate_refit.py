@@ -19,7 +19,7 @@ from targ_mlx.calibration.refit import logged_rows, u_evi
 from targ_mlx.log.decisions import DecisionLog
 from targ_mlx.index import open_retriever
 from targ_mlx.server.app import make_app
-from targ_mlx.settings import Settings, resolve_tau
+from targ_mlx.settings import resolve_tau
 
 from tests.test_server import MODEL, Served  # the loopback uvicorn fixture of the server's own tests
 

@@ -68,7 +68,6 @@ def test_one_tau_key_for_ask_chat_and_eval(tmp_path, backbone):
     under that same key (`bb.model_id`), so calibrating from an eval run reaches both."""
     config = tmp_path / "config.toml"
     save_tau(backbone.model_id, "margin", 0.123, config)
-    cfg = load_config(config)
     path = alias_path("smollm2-135m")
     for spec in ("smollm2-135m", path):
         ask = ask_parser().parse_args(["ask", "q", "--model", spec, "--gate", "margin", "--config", str(config)])

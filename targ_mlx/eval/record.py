@@ -17,7 +17,6 @@ from typing import Any, Mapping, Sequence
 from targ_mlx import gates, pipeline, reader
 from targ_mlx.runtime import batch
 from targ_mlx.runtime.backbone import Backbone
-from targ_mlx.defaults import DEFAULT_K  # noqa: F401  (the eval CLI's default k)
 from targ_mlx.gates import SCORED_GATES
 from targ_mlx import probes
 from targ_mlx.eval.datasets import QAItem
