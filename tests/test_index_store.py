@@ -197,3 +197,34 @@ def test_a_publish_between_the_vectors_and_the_passages_opens_the_new_index(inde
     r = open_retriever(index_copy)
     assert swapped and r.search("who wrote hamlet", k=3)
     assert r.path == index_copy and not old.exists()
+
+
+def test_a_publish_between_the_dense_and_the_bm25_opens_gives_both_parts_of_the_new_index(index_copy, monkeypatch):
+    """Hybrid opens a folder's vectors and its BM25 part one after the other; an `add` publishing
+    the folder between the two must not leave the vectors of one publish beside the BM25 keys of the
+    other: both are opened again, from the new folder."""
+    import json as json_module
+
+    from targ_mlx.index import lexical, open_indexes
+    from targ_mlx.index.store import manifest_id, partial_dir
+
+    new = shutil.copytree(index_copy, partial_dir(index_copy))
+    manifest = json_module.loads((new / "manifest.json").read_text())
+    manifest["published"] = "the add's"  # the new publish's manifest differs, as an add's does
+    (new / "manifest.json").write_text(json_module.dumps(manifest))
+    old = index_copy.with_name(index_copy.name + ".old")
+    swapped = []
+
+    class PublishFirst:  # the writer's two renames land just before the BM25 part's metadata is read
+        def __getattr__(self, name):
+            if name == "loads" and not swapped:
+                index_copy.rename(old)
+                new.rename(index_copy)
+                shutil.rmtree(old)
+                swapped.append(True)
+            return getattr(json_module, name)
+
+    monkeypatch.setattr(lexical, "json", PublishFirst())
+    r = open_indexes([index_copy], retriever="hybrid")
+    assert swapped and r.parts[0][0].manifest_id == manifest_id(manifest)
+    assert r.search("who wrote hamlet", k=3)

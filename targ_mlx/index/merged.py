@@ -16,6 +16,7 @@ from targ_mlx.index.errors import IndexError_, IndexMismatchError, IndexMissingE
 from targ_mlx.index.hybrid import BM25, DENSE, HYBRID, MODES, HybridRetriever
 from targ_mlx.index.lexical import fix_command, has_lexical, open_lexical
 from targ_mlx.index.retriever import open_retriever
+from targ_mlx.index.swap import survives_swap
 from targ_mlx.index.sharded import ShardedRetriever
 from targ_mlx.index.store import manifest_id, read_manifest
 from targ_mlx.retrieval import Passage
@@ -95,6 +96,13 @@ def _finished_manifest(path: Path) -> dict | None:
         return None  # not a finished index: open_retriever says what is wrong with it
 
 
+@survives_swap
+def _open_both(path: Path | str, expansion_search: int | None = None) -> tuple:
+    """One folder's dense part and BM25 part, from the same publish: a swap between the two opens
+    (an `add` publishing the folder) opens both again, so the texts and the BM25 keys agree."""
+    return open_retriever(path, expansion_search=expansion_search), open_lexical(Path(path))
+
+
 def open_indexes(paths: Sequence[Path | str], expansion_search: int | None = None, retriever: str | None = None):
     """One `Retriever` over several index folders (one folder: `open_retriever`'s own, or its
     hybrid/BM25 form).
@@ -107,14 +115,15 @@ def open_indexes(paths: Sequence[Path | str], expansion_search: int | None = Non
     if not paths:
         raise ValueError("open_indexes needs at least one index folder")
     mode = retriever_mode(paths, retriever)
-    opened = [open_retriever(p, expansion_search=expansion_search) for p in paths]
     if mode != DENSE:
-        parts = [(r, open_lexical(Path(p))) for r, p in zip(opened, paths)]
+        parts = [_open_both(p, expansion_search) for p in paths]
+        opened = [r for r, _ in parts]
         combined = opened[0].manifest_id if len(opened) == 1 else manifest_id(
             {"indexes": sorted(r.manifest_id for r in opened)})
         hybrid = HybridRetriever(parts, mode, combined)
         hybrid.paths = [Path(p) for p in paths]
         return hybrid
+    opened = [open_retriever(p, expansion_search=expansion_search) for p in paths]
     if len(opened) == 1:
         opened[0].paths = [Path(paths[0])]
         return opened[0]

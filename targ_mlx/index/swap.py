@@ -54,7 +54,8 @@ def survives_swap(open_fn):
                 continue
             if last or _identity(path_) == before:
                 return found
-            getattr(found, "close", lambda: None)()  # opened across the swap: parts may be of both
+            for part in found if isinstance(found, tuple) else (found,):  # opened across the swap: of both
+                getattr(part, "close", lambda: None)()
             time.sleep(_PAUSE_S)
         raise AssertionError("unreachable")
 
