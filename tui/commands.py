@@ -12,9 +12,7 @@ from typing import Any, Sequence
 
 from targ_mlx.defaults import DEFAULT_GATE
 from targ_mlx.gates import GATES
-
-
-
+from targ_mlx.session import flag_fields
 
 # the app's keys, for /help
 KEYS = (("Enter", "send"), ("Ctrl+J / Alt+Enter", "new line"), ("Tab", "complete a /command"),
@@ -27,6 +25,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tau": ("/tau X", "retrieve iff U > X"),
     "budget": ("/budget RHO", "set tau so that a fraction RHO of logged questions retrieve"),
     "k": ("/k N", "draft length in tokens for the gate"),
+    "set": ("/set NAME VALUE", "change any answer setting for this chat by its name, as its targ-chat flag takes it "
+                               "(/set read each, /set top_k 3, /set rewrite questions); /set alone lists them"),
     "recalibrate": ("/recalibrate [RHO]", "fit tau from the log: accuracy if labelled, else a budget"),
     "model": ("/model SPEC", "load another model (alias, .gguf path or mlx-lm repo id)"),
     "index": ("/index [add] DIR | get NAME", "open another index folder (an unfinished build resumes); with add, "
@@ -78,6 +78,8 @@ def parse(text: str) -> Command:
         if k < 1:
             raise CommandError(f"{usage}: N must be >= 1; got {k}")
         return Command(name, k)
+    if name == "set":
+        return Command(name, _setting(arg) if arg else None)
     if name == "index" and arg.partition(" ")[0].lower() == "get":
         what = arg.partition(" ")[2].strip()
         if not what:
@@ -89,6 +91,34 @@ def parse(text: str) -> Command:
             raise CommandError(f"{usage}: missing {usage.split()[-1]}")
         return Command(name, arg)
     return Command(name, arg or None)
+
+
+def _setting(arg: str) -> tuple[str, Any]:
+    """`read each` -> ("read", "each"): the setting's name (a flag's, dashes or not) and its value,
+    converted and checked as the flag converts it."""
+    head, _, raw = arg.partition(" ")
+    name, raw = head.lower().lstrip("-").replace("-", "_"), raw.strip()
+    fields = flag_fields("chat")
+    if name not in fields:
+        raise CommandError(f"/set {head}: no such setting; one of {', '.join(fields)}")
+    meta = fields[name].metadata
+    if not raw:
+        raise CommandError(f"/set {name} VALUE: missing VALUE" + (f" (one of {', '.join(meta['choices'])})"
+                                                                  if meta["choices"] else ""))
+    if meta["choices"]:
+        if raw.lower() not in meta["choices"]:
+            raise CommandError(f"/set {name} takes one of {', '.join(meta['choices'])}; got {raw!r}")
+        return name, raw.lower()
+    if meta["type"] in (int, float):
+        try:
+            value = meta["type"](raw)
+        except ValueError:
+            kind = "a whole number" if meta["type"] is int else "a number"
+            raise CommandError(f"/set {name}: expected {kind}; got {raw!r}") from None
+        if isinstance(value, float) and not math.isfinite(value):
+            raise CommandError(f"/set {name}: expected a finite number; got {raw!r}")
+        return name, value
+    return name, "" if raw.lower() == "off" else raw
 
 
 def _number(arg: str, usage: str) -> float:
@@ -111,6 +141,13 @@ def complete(text: str) -> list[str]:
     if head.lower() == "index" and arg.lstrip().lower().startswith("get "):
         typed = arg.lstrip()[4:].strip().lower()
         return [f"/index get {n}" for n in GET_NAMES if n.startswith(typed)]
+    if head.lower() == "set":  # a setting's name, then its choices
+        field, space2, value = arg.lstrip().partition(" ")
+        fields = flag_fields("chat")
+        if not space2:
+            return [f"/set {n}" for n in fields if n.startswith(field.lower())]
+        choices = fields[field.lower()].metadata["choices"] or () if field.lower() in fields else ()
+        return [f"/set {field.lower()} {c}" for c in choices if c.startswith(value.strip().lower())]
     options = _ARGS.get(head.lower(), ())
     return [f"/{head.lower()} {opt}" for opt in options if opt.startswith(arg.strip().lower())]
 

@@ -52,6 +52,21 @@ class SlashCommands:
         self._settings(k=k)
         self.notify(f"draft length k = {k}")
 
+    def _cmd_set(self, value: tuple | None) -> None:
+        """`/set NAME VALUE` changes one answer setting (checked as `Settings` checks it); `/set`
+        alone lists them. The gate goes through `/gate`, so its tau resolves for this model."""
+        self._settings()  # refused while loading
+        if value is None:
+            s = self.assistant.settings
+            self.notify(", ".join(f"{n} {getattr(s, n)!r}" for n in commands.flag_fields("chat")), timeout=15)
+            return
+        name, v = value
+        if name == "gate":
+            self._cmd_gate(v)
+            return
+        self._settings(**{name: v})
+        self.notify(f"{name} = {getattr(self.assistant.settings, name)!r}")
+
     def _cmd_recalibrate(self, rho: float | None) -> None:
         self._settings()  # refused while loading
         tau, how, path = self.assistant.recalibrate(rho)

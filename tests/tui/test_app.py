@@ -101,6 +101,17 @@ async def test_slash_commands_change_gate_tau_k(backbone, retriever, log, tmp_pa
         assert app.assistant.settings.gate == "entropy"
 
 
+async def test_set_changes_any_answer_setting_by_its_name(backbone, retriever, log, tmp_path):
+    """Every answer field the chat's flags take can be changed in the chat, checked as the flag is."""
+    app = chat_app(backbone, retriever, log, tmp_path, gate="margin", tau=0.3)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(*"/set read each", "enter", *"/set top_k 3", "enter", *"/set gate always", "enter")
+        s = app.assistant.settings
+        assert (s.read, s.top_k, s.gate, s.tau) == ("each", 3, "always", float("-inf"))
+        await pilot.press(*"/set history_tokens -1", "enter")  # refused by Settings' check: nothing changes
+        assert app.assistant.settings.history_tokens == s.history_tokens
+
+
 async def test_index_add_searches_your_documents_beside_wikipedia(backbone, retriever, log, tmp_path, notes_folder):
     from targ_mlx.index import build_index
 

@@ -21,6 +21,11 @@ from tui.commands import Command, CommandError
     ("/index GET /tmp/my corpus.jsonl", Command("index", "get /tmp/my corpus.jsonl")),
     ("/export", Command("export", None)),
     ("/help", Command("help", None)),
+    ("/set read Each", Command("set", ("read", "each"))),
+    ("/set --top-k 3", Command("set", ("top_k", 3))),
+    ("/set depth_ratio 0.9", Command("set", ("depth_ratio", 0.9))),
+    ("/set rerank off", Command("set", ("rerank", ""))),
+    ("/set", Command("set", None)),
 ])
 def test_parse(text, expected):
     assert commands.parse(text) == expected
@@ -36,6 +41,10 @@ def test_parse(text, expected):
     ("/model", "missing SPEC"),
     ("/index get", "/index get simplewiki"),
     ("/frobnicate", "/help"),
+    ("/set frob 1", "no such setting; one of gate, tau, k"),
+    ("/set top_k three", "expected a whole number"),
+    ("/set read nope", "one of passages, distinct, each, sentences"),
+    ("/set beta inf", "finite"),
 ])
 def test_parse_errors_say_what_to_type(text, fragment):
     with pytest.raises(CommandError, match=None) as e:
@@ -45,6 +54,8 @@ def test_parse_errors_say_what_to_type(text, fragment):
 
 def test_complete():
     assert commands.complete("/ga") == ["/gate"]
+    assert commands.complete("/set read e") == ["/set read each"]
+    assert "/set each" in commands.complete("/set e")
     assert commands.complete("/gate m") == ["/gate margin"]
     assert set(commands.complete("/gate ")) == {f"/gate {g}" for g in commands.GATES}
     assert commands.common_prefix(commands.complete("/re")) == "/recalibrate"
