@@ -184,8 +184,6 @@ def _setting_types() -> dict[str, tuple]:
 def _check_settings(values: Mapping[str, Any], where: Any) -> None:
     types = _setting_types()
     for key, value in values.items():
-        if value is None:
-            continue
         if key not in types:
             raise ValueError(f"Unknown config key: {key} in {where}")
         if isinstance(value, bool) or not isinstance(value, types[key]):

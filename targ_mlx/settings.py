@@ -156,8 +156,8 @@ class Settings:
         if unknown:
             raise TypeError(f"unknown settings: {', '.join(sorted(unknown))}")
         values = {**defaults, **(cfg.settings if cfg is not None else {}), **given}
-        tau = values.pop("tau", None) if tau is None else tau  # a flag's, carried in cfg.settings
-        values.pop("tau", None)
+        carried = values.pop("tau", None)  # a flag's, carried in cfg.settings by `Config.merged`
+        tau = carried if tau is None else tau
         gate = values.get("gate", PAPER_GATE)
         cal, label = cfg.evidence_calibration(model_key) if cfg is not None else (None, "")
         return cls(**values, tau=resolve_tau(gate, tau, model_key, cfg), calibration=cal, calibration_label=label)

@@ -108,10 +108,10 @@ def record(args, key: str, k: int, beta: float, cfg) -> tuple[list[dict], str]:
     try:  # the model and the index open as every face opens them (no log: the records are the output)
         session = open_session(cfg.merged(model=args.model, index=(str(folder),), retriever=args.retriever),
                                log=False, source="eval", long_running=True, index_when="eager", quiet=args.quiet)
-    except TargError as e:
-        if not isinstance(e, ModelLoadError):
-            raise
+    except ModelLoadError as e:
         raise ModelLoadError(f"cannot load model {args.model!r}: {e}") from None
+    except TargError:  # the config's, the index's, the log's own one-line errors
+        raise
     except Exception as e:  # noqa: BLE001  (any loader's failure: one line naming the spec)
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise ModelLoadError(f"cannot load model {args.model!r}: {first}") from None

@@ -39,7 +39,7 @@ EVAL_DEFAULTS = MappingProxyType({"context_tokens": DEFAULT_CONTEXT_TOKENS, "pro
 
 def eval_answer(**given: Any) -> Settings:
     """The answer settings a run records with: EVAL_DEFAULTS under the values given (None: not given)."""
-    return Settings(**{**EVAL_DEFAULTS, **{k: v for k, v in given.items() if v is not None}})
+    return Settings.from_config(None, "", defaults=EVAL_DEFAULTS, **given)
 
 
 @dataclass(frozen=True)
