@@ -64,10 +64,10 @@ def ask(args: argparse.Namespace) -> int:
     lat = ans.latency
     tau_s = f"{ans.tau:.3f}" if ans.gate in SCORED_GATES else "-"
     # what the stages do not account for: opening (on first use, building) the index and its encoder
-    setup = lat.total - (lat.draft + lat.gate + lat.retrieval + lat.prefill + lat.decode)
+    setup = lat.total - lat.busy()
     first = f"opening the index {setup:.2f}, " if setup >= 1.0 else ""
     print(f"[{ans.gate} U={u} {op} tau={tau_s}: {where}; {lat.total:.2f}s ({first}draft {lat.draft:.2f}, "
-          f"search {lat.retrieval:.2f}, generation {lat.prefill + lat.decode:.2f})]", file=sys.stderr)
+          f"search {lat.retrieval:.2f}{' beside it' if lat.overlap else ''}, generation {lat.prefill + lat.decode:.2f})]", file=sys.stderr)
     if ans.reason:
         print(f"  why: {ans.reason}", file=sys.stderr)
     if ans.search_query and ans.search_query != ans.question:

@@ -36,6 +36,13 @@ class Latency:
     prefill: float = 0.0  # prefill of B(q)+C when retrieving (0 when continuing the draft)
     decode: float = 0.0  # decoding after the draft / after the context prefill
     total: float = 0.0
+    # seconds the search ran beside the draft (a search-first gate: `runner.OVERLAP_SEARCH`),
+    # counted in both `draft` and `retrieval`: the stages' wall time is their sum less this
+    overlap: float = 0.0
+
+    def busy(self) -> float:
+        """Wall seconds the stages account for (what is left of `total` was opening things)."""
+        return self.draft + self.gate + self.retrieval + self.prefill + self.decode - self.overlap
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Sequence, Union
 
-from targ_mlx import gates, pipeline, reader
+from targ_mlx import gates, pipeline, reader, rerank
 from targ_mlx.gates import DRAFT, SAMPLES, SEARCH, GateDecision, GateParams, Signals
 from targ_mlx.errors import NoRetrieverError
 from targ_mlx.records import Answer, Latency, PassageRef, TokenCounts
@@ -70,12 +71,23 @@ class Done:
 
 Event = Union[Drafted, Searched, Decided, Text, Done]
 
+# A search-first gate's search needs only the question, so it can run while the draft decodes:
+# where the model runs on a GPU the CPU is free and the search's encoder and BM25 time hide behind
+# the draft. On the CPU the kernels already keep every core busy: on 2 Zen 4 cores beside the draft
+# the 1.5B's draft took 1.45 s and the search 0.88 (0.88 and 0.24 one after the other), no faster
+# in all (BENCHMARKS.md, row "the search beside the draft"). None: beside the draft on a GPU, after
+# it on the CPU; True / False force either (scripts/bench/bench_overlap.py times both). The answer
+# is the same either way.
+OVERLAP_SEARCH: bool | None = None
+_SEARCHER = ThreadPoolExecutor(1, thread_name_prefix="targ-search")  # one search at a time, reused
+
 
 @dataclass
 class _Run:
     """Mutable state of one answer while its events stream."""
 
-    lat: dict = field(default_factory=lambda: dict(draft=0.0, gate=0.0, retrieval=0.0, prefill=0.0, decode=0.0))
+    lat: dict = field(default_factory=lambda: dict(draft=0.0, gate=0.0, retrieval=0.0, prefill=0.0, decode=0.0,
+                                                   overlap=0.0))
     out: list = field(default_factory=list)
     shown: list = field(default_factory=list)
 
@@ -178,13 +190,6 @@ def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] |
     turns = pipeline.fit_history(bb, history, s)
     q, base_ids = pipeline.prepare(bb, question, s, turns)
 
-    d: Draft | None = None
-    if DRAFT in g.needs:
-        n = s.n_samples if SAMPLES in g.needs else 0
-        d = draft(bb, base_ids, s.k, n, s.temperature, s.seed)
-        st.lat["draft"] = d.prefill_s + d.decode_s
-        yield Drafted(tuple(d.tokens), st.lat["draft"])
-
     def search():
         r = retriever() if callable(retriever) and not isinstance(retriever, Retriever) else retriever
         if r is None:
@@ -195,10 +200,36 @@ def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] |
         st.lat["retrieval"] += secs
         return packed, searched
 
+    d: Draft | None = None
     prefix: list[int] = []  # answer tokens given before reading (a re-check's)
+    early: Future | None = None  # the search, started before the draft where it can run beside it
+    spans: dict[str, tuple[float, float]] = {}  # when the draft and an early search ran
+
+    def search_beside():
+        t0 = time.perf_counter()
+        try:
+            return search()
+        finally:
+            spans["search"] = (t0, time.perf_counter())
+
+    if SEARCH in g.needs and DRAFT in g.needs and not unavailable and _searches_beside(bb, s, turns):
+        early = _SEARCHER.submit(search_beside)
+    if DRAFT in g.needs:
+        n = s.n_samples if SAMPLES in g.needs else 0
+        t0 = time.perf_counter()
+        d = draft(bb, base_ids, s.k, n, s.temperature, s.seed)
+        spans["draft"] = (t0, time.perf_counter())
+        st.lat["draft"] = d.prefill_s + d.decode_s
+        yield Drafted(tuple(d.tokens), st.lat["draft"])
+
     packed, searched = None, ""
     if SEARCH in g.needs and not unavailable:
-        packed, searched = search()
+        if early is not None:
+            packed, searched = early.result()
+            (a0, a1), (b0, b1) = spans["draft"], spans["search"]
+            st.lat["overlap"] = max(0.0, min(a1, b1) - max(a0, b0))
+        else:
+            packed, searched = search()
         yield Searched(_refs(packed, False), st.lat["retrieval"], searched)
 
     t_gate = time.perf_counter()
@@ -283,6 +314,14 @@ def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] |
         rechecked_at=rechecked_at, search_query=searched, history_turns=len(turns),
         calibration=s.calibration_label if g.name == "evidence" else "",
     ), tuple(final_ids), tuple(t for t in out if t not in eos))
+
+
+def _searches_beside(bb: Backbone, s: Settings, turns: Sequence) -> bool:
+    """Whether the search runs beside the draft (`OVERLAP_SEARCH`): it must not need the draft (its
+    search route) nor the model itself (a follow-up's rewrite, the LLM reranker), which the draft
+    is using."""
+    wanted = bb.on_gpu if OVERLAP_SEARCH is None else OVERLAP_SEARCH
+    return wanted and s.draft_route <= 0 and not turns and s.rerank != rerank.LLM
 
 
 def _recheck(bb: Backbone, d: Draft, s: Settings, cancel: threading.Event | None) -> Iterator[tuple[int, bool]]:

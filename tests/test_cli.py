@@ -222,7 +222,7 @@ def test_ask_refuses_an_index_folder_name_that_is_not_utf8(tmp_path):
 DECISION_LINE = re.compile(
     r"\[(?P<gate>\w+) U=(?P<u>\d+\.\d{3}|-) (?P<op><=|>) tau=(?P<tau>\d+\.\d{3}|-): "
     r"(?P<where>answered from memory|read \d+ passages); \d+\.\d{2}s \((?:opening the index \d+\.\d{2}, )?"
-    r"draft \d+\.\d{2}, search \d+\.\d{2}, generation \d+\.\d{2}\)\]")
+    r"draft \d+\.\d{2}, search \d+\.\d{2}(?: beside it)?, generation \d+\.\d{2}\)\]")
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -1,5 +1,8 @@
 """The one answer runner: events in order, skip-after-search == Never, a new gate as one module."""
 
+import threading
+import time
+
 import numpy as np
 import pytest
 
@@ -128,3 +131,65 @@ def test_the_evidence_gate_equal_to_the_oracle_scores_the_oracle():
     assert v.rate == pytest.approx(helps.mean(), abs=0.02)
     assert v.gate == pytest.approx(ctl.oracle_score(t.never["acc"], t.always["acc"], v.rate), abs=1e-9)
     assert v.vs_random[1] > 0  # and beats a random gate at its rate
+
+
+class _Watched:
+    """The real small index, noting which thread searched it and when each search began and ended."""
+
+    def __init__(self, r):
+        self.r, self.calls = r, []
+
+    def search(self, query, k=5):
+        return self.search_batch([query], k)[0]
+
+    def search_batch(self, queries, k=5):
+        t0 = time.perf_counter()
+        found = self.r.search_batch(queries, k)
+        self.calls.append((threading.current_thread().name, t0, time.perf_counter()))
+        return found
+
+
+def test_a_search_first_gate_searches_while_the_draft_decodes_and_answers_the_same(
+        backbone, small_index_dir, small_index_questions, monkeypatch):
+    monkeypatch.setattr(runner, "OVERLAP_SEARCH", True)  # as on a GPU: the CPU's kernels run it after
+    r = open_retriever(small_index_dir)
+    for q in [x["question"] for x in small_index_questions[:3]]:
+        watched = _Watched(r)
+        s = Settings(gate="evidence", tau=0.3, max_tokens=12)
+        t_start = time.perf_counter()
+        events, seen = [], {}
+        for ev in runner.stream_answer(backbone, watched, q, s):
+            seen.setdefault(type(ev).__name__, time.perf_counter())
+            events.append(ev)
+        assert _kinds(events) in (["Drafted", "Searched", "Decided", "Text", "Done"],
+                                  ["Drafted", "Searched", "Decided", "Done"])
+        (thread, began, _), = watched.calls
+        assert thread != threading.main_thread().name  # beside the draft, not after it on this thread
+        draft_s = next(e for e in events if isinstance(e, runner.Drafted)).seconds
+        assert began - t_start < draft_s  # it began before the draft was done
+        monkeypatch.setattr(runner, "OVERLAP_SEARCH", False)
+        one_by_one = runner.run(backbone, watched, q, s)
+        monkeypatch.setattr(runner, "OVERLAP_SEARCH", True)
+        assert watched.calls[-1][0] == threading.main_thread().name
+        overlapped = events[-1].answer
+        assert (overlapped.answer, overlapped.retrieved, overlapped.score, overlapped.found, overlapped.passages) == (
+            one_by_one.answer, one_by_one.retrieved, one_by_one.score, one_by_one.found, one_by_one.passages)
+
+
+def test_a_search_that_needs_the_draft_or_the_model_waits_for_the_draft(backbone, small_index_dir,
+                                                                      small_index_questions, monkeypatch):
+    monkeypatch.setattr(runner, "OVERLAP_SEARCH", True)
+    r = open_retriever(small_index_dir)
+    q = small_index_questions[0]["question"]
+    for s in (Settings(gate="evidence", tau=0.3, max_tokens=8, draft_route=1.0),
+              Settings(gate="evidence", tau=0.3, max_tokens=8, rerank="llm")):
+        watched = _Watched(r)
+        runner.run(backbone, watched, q, s)
+        assert watched.calls and all(t == threading.main_thread().name for t, _, _ in watched.calls)
+
+
+def test_on_the_cpu_the_search_runs_after_the_draft(backbone, small_index_dir, small_index_questions):
+    assert runner.OVERLAP_SEARCH is None and not backbone.on_gpu  # the CPU's kernels keep every core busy
+    watched = _Watched(open_retriever(small_index_dir))
+    ans = runner.run(backbone, watched, small_index_questions[0]["question"], Settings(gate="evidence", max_tokens=8))
+    assert [t for t, _, _ in watched.calls] == [threading.main_thread().name] and ans.latency.overlap == 0

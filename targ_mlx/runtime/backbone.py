@@ -46,6 +46,11 @@ class Backbone:
             self.engine = MlxLMEngine(self.model)
 
     @property
+    def on_gpu(self) -> bool:
+        """Whether the model runs on a GPU (Metal, CUDA), leaving the CPU's cores to other work."""
+        return self.engine.name == "mlx" and mx.default_device() == mx.gpu
+
+    @property
     def vocab_size(self) -> int:
         return self.model.args.vocab_size if hasattr(self.model, "args") else self.tokenizer.vocab_size
 

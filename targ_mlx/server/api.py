@@ -171,7 +171,7 @@ def decision_field(ans: Answer, decision_id: int | None = None) -> dict:
         "passages": [{"key": p.key, "title": p.title, "similarity": p.score} for p in ans.passages],
         "found": [{"key": p.key, "title": p.title, "similarity": p.score} for p in ans.found],
         "timings": {"draft": lat.draft, "gate": lat.gate, "search": lat.retrieval, "prefill": lat.prefill,
-                    "decode": lat.decode, "total": lat.total},
+                    "decode": lat.decode, "total": lat.total, "overlap": lat.overlap},
         "decision_id": decision_id,
     }
 
