@@ -1,6 +1,7 @@
 """Yes/no probe prompts, each read as the probability of "yes" from one prefill
 (`runtime.batch.p_yes`): the eval's reflective baselines (Self-Eval, Self-RAG-lite, CRAG-lite) and
-the LLM reranker's judge (`targ_mlx.rerank`). Pure prompt builders.
+the LLM reranker's judge (`targ_mlx.rerank`); and the query-likelihood reranker's prompt, read as
+the log-probability of the question after it. Pure prompt builders.
 """
 
 from __future__ import annotations
@@ -35,6 +36,11 @@ def passage_grade(question: str, passage: str) -> list[dict]:
     """The LLM reranker's judge (`targ_mlx.rerank`): does this one passage answer the question?"""
     return _ask(f"Passage:\n{passage}\n\nQuestion: {question}\n"
                 "Does the passage contain the answer to the question? Yes or No?")
+
+
+def question_from(passage: str) -> list[dict]:
+    """The query-likelihood reranker's prompt (UPR): the question is scored as the reply to this."""
+    return [{"role": "user", "content": f"Passage: {passage}\nPlease write a question based on this passage."}]
 
 
 def crag_head(tokenizer, context: str, n_tokens: int) -> str:

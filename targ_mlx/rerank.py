@@ -22,11 +22,18 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
 from targ_mlx.errors import ModelLoadError
-from targ_mlx.probes import passage_grade
-from targ_mlx.retrieval import Passage
+from targ_mlx.probes import passage_grade, question_from
+from targ_mlx.retrieval import RRF_C, Passage
 
 RERANK_FROM = 20  # candidates a reranker judges (what the selection looks at: selection.SELECT_FROM)
 LLM = "llm"
+# Query likelihood (UPR, Sachan et al. 2022): mean log p(question | passage) under a small LLM,
+# fused by rank with the search's own order. SmolLM2 judges whatever model answers: it ships
+# offline, and 20 passages cost it ~0.4 s on 2 cores where the 1.5B would take seconds.
+UPR = "upr"
+UPR_MODEL = "smollm2-135m"
+UPR_WEIGHT = 1.0  # the likelihood ranking's weight beside the search's (chosen on dev halves: bench_upr.py)
+MODEL_RERANKERS = (LLM, UPR)  # the rerankers that run a language model
 # the passage the LLM judges is cut to this many tokens: an answer sits early in a ~200-token
 # chunk more often than not, and the judge's prefill is what the user waits for
 LLM_PASSAGE_TOKENS = 192
@@ -113,16 +120,62 @@ class LLMReranker:
         return batch.p_yes(logprobs, *batch.yes_no_ids(self.bb.tokenizer))
 
 
+@dataclass
+class QueryLikelihoodReranker:
+    """UPR: how likely a small LLM finds the question after reading each passage, its ranking fused
+    with the search's order by reciprocal rank (the likelihood alone lets a short passage on a
+    neighbouring subject win; the search's order alone is what is being improved)."""
+
+    bb: Any = field(repr=False)  # the judge: a runtime.backbone.Backbone (SmolLM2 by default)
+    weight: float = UPR_WEIGHT
+    name: str = UPR
+
+    def prompts(self, passages: Sequence[Passage]) -> list[list[int]]:
+        tok = self.bb.tokenizer
+        return [tok.chat_ids(question_from(tok.decode(tok.encode(passage_text(p))[:LLM_PASSAGE_TOKENS])))
+                for p in passages]
+
+    def likelihoods(self, question: str, passages: Sequence[Passage]) -> list[float]:
+        """Mean log p of the question's tokens after each passage's prompt."""
+        from targ_mlx.runtime import batch
+
+        q = self.bb.tokenizer.encode(question.strip()) or self.bb.tokenizer.encode("?")
+        rows = batch.forced_logprobs(self.bb, self.prompts(passages), [q] * len(passages))
+        return [sum(r) / len(r) for r in rows]
+
+    def scores(self, question: str, passages: Sequence[Passage]) -> list[float]:
+        return fused_with_likelihood(self.likelihoods(question, passages), self.weight)
+
+
+def fused_with_likelihood(likelihoods: Sequence[float], weight: float) -> list[float]:
+    """Per passage (in the search's order), 1 / (c + its rank) + weight / (c + its likelihood's
+    rank): `retrieval.fuse`'s reciprocal rank fusion of the two orders, as scores."""
+    by_ll = sorted(range(len(likelihoods)), key=lambda i: -likelihoods[i])
+    ll_rank = {i: r for r, i in enumerate(by_ll, start=1)}
+    return [1.0 / (RRF_C + i) + weight / (RRF_C + ll_rank[i - 1]) for i in range(1, len(likelihoods) + 1)]
+
+
 def load_reranker(spec: str | None, bb: Any = None) -> Reranker | None:
-    """None for no reranking (None, "" or "none"); "llm" for the loaded model `bb`; else a
-    CrossEncoder name or path, loaded once per process."""
+    """None for no reranking (None, "" or "none"); "llm" for the loaded model `bb`; "upr" for
+    query likelihood under SmolLM2 (`bb` itself when it is SmolLM2); else a CrossEncoder name or
+    path, loaded once per process."""
     if not spec or spec == "none":
         return None
     if spec == LLM:
         if bb is None:
             raise ValueError("--rerank llm needs the loaded model")
         return LLMReranker(bb)
+    if spec == UPR:
+        judge = bb if bb is not None and getattr(bb, "model_id", None) == UPR_MODEL else _upr_judge()
+        return QueryLikelihoodReranker(judge)
     return _cross_encoder(spec)
+
+
+@functools.lru_cache(maxsize=1)
+def _upr_judge():
+    from targ_mlx.runtime.backbone import load_backbone
+
+    return load_backbone(UPR_MODEL)
 
 
 @functools.lru_cache(maxsize=4)

@@ -74,7 +74,7 @@ Event = Union[Drafted, Searched, Decided, Text, Done]
 # A search-first gate's search needs only the question, so it can run while the draft decodes:
 # where the model runs on a GPU the CPU is free and the search's encoder and BM25 time hide behind
 # the draft. On the CPU the kernels already keep every core busy: on 2 Zen 4 cores beside the draft
-# the 1.5B's draft took 1.45 s and the search 0.88 (0.88 and 0.24 one after the other), no faster
+# the 1.5B's draft took 1.19 s and the search 0.74 (0.89 and 0.22 one after the other), no faster
 # in all (BENCHMARKS.md, row "the search beside the draft"). None: beside the draft on a GPU, after
 # it on the CPU; True / False force either (scripts/bench/bench_overlap.py times both). The answer
 # is the same either way.
@@ -321,7 +321,7 @@ def _searches_beside(bb: Backbone, s: Settings, turns: Sequence) -> bool:
     search route) nor the model itself (a follow-up's rewrite, the LLM reranker), which the draft
     is using."""
     wanted = bb.on_gpu if OVERLAP_SEARCH is None else OVERLAP_SEARCH
-    return wanted and s.draft_route <= 0 and not turns and s.rerank != rerank.LLM
+    return wanted and s.draft_route <= 0 and not turns and s.rerank not in rerank.MODEL_RERANKERS
 
 
 def _recheck(bb: Backbone, d: Draft, s: Settings, cancel: threading.Event | None) -> Iterator[tuple[int, bool]]:

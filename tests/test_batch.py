@@ -79,3 +79,16 @@ def test_yes_no_logprobs_are_normalised(backbone):
 def test_prefill_batch_rejects_empty(backbone):
     with pytest.raises(ValueError, match="non-empty"):
         batch.prefill_batch(backbone, [[1, 2], []])
+
+
+def test_forced_logprobs_are_the_decoders_own_for_its_tokens(backbone):
+    """Teacher-forcing the greedy tokens back gives the log p the decoder gave each as it chose
+    it, row by row in a batch of prompts of different lengths and continuations of different lengths."""
+    ids = [backbone.tokenizer.chat_ids(prompts.messages(q, None, "short")) for q in _questions(3)]
+    out = batch.greedy_batch(backbone, ids, 6)
+    follow = [t[: 6 - i] for i, t in enumerate(out.tokens)]  # rows of different lengths
+    got = batch.forced_logprobs(backbone, ids, follow)
+    for row, ref, f in zip(got, out.logprobs, follow):
+        assert len(row) == len(f)
+        assert row == pytest.approx(ref[: len(f)], abs=2e-3)
+    assert all(x <= 0 for row in got for x in row)

@@ -76,3 +76,23 @@ def test_a_reranker_that_cannot_load_is_one_line_before_the_model(tmp_path):
     lines = [x for x in r.stderr.splitlines() if x.strip()]
     assert len(lines) == 1 and str(missing) in lines[0] and "fix:" in lines[0], r.stderr
     assert "loading model" not in r.stdout + r.stderr
+
+
+def test_query_likelihood_finds_the_question_likelier_after_its_own_passage(backbone, small_index_questions):
+    """UPR: SmolLM2 finds each question likelier after the passage that answers it than after the
+    passage that answers the next question (a real distractor from the same index), and the
+    passages' order fuses the search's with that likelihood's."""
+    judge = rerank.load_reranker("upr", backbone)
+    assert judge.bb is backbone  # SmolLM2 answering: it judges too, nothing else loaded
+    rows = small_index_questions[:12]
+    wins = 0
+    for i, x in enumerate(rows):
+        other = rows[(i + 1) % len(rows)]
+        own = Passage(1, x["gold_title"], x["gold_text"], 0.5)
+        distractor = Passage(2, other["gold_title"], other["gold_text"], 0.5)
+        ll = judge.likelihoods(x["question"], [distractor, own])
+        wins += ll[1] > ll[0]
+    assert wins >= 10, wins  # of 12
+    # fused: a passage first in the search and last by likelihood ties one last and first
+    assert rerank.fused_with_likelihood([-3.0, -1.0], 1.0) == pytest.approx([1 / 61 + 1 / 62, 1 / 62 + 1 / 61])
+    assert rerank.reorder(["a", "b", "c"], rerank.fused_with_likelihood([-1.0, -2.0, -0.5], 2.0)) == ["c", "a", "b"]

@@ -184,6 +184,26 @@ def last_logprobs(bb: Backbone, seqs: Sequence[Sequence[int]]) -> mx.array:
     return logits - mx.logsumexp(logits, axis=-1, keepdims=True)
 
 
+def forced_logprobs(bb: Backbone, prompts: Sequence[Sequence[int]], follow: Sequence[Sequence[int]]) -> list[list[float]]:
+    """log p of each row's `follow` tokens after its prompt, teacher-forced (query likelihood:
+    the LLM reranker "upr"). The prompts run as one batch; then each following token is fed as a
+    decode step for every row at once, a row whose tokens are done fed padding it never reads."""
+    if len(prompts) != len(follow) or any(not f for f in follow):
+        raise ValueError("forced_logprobs needs one non-empty token list to score per prompt")
+    logits, cache = prefill_batch(bb, prompts)
+    width = max(len(f) for f in follow)
+    grid = mx.array([list(f) + [PAD_ID] * (width - len(f)) for f in follow], dtype=mx.int32)
+    picked = []
+    for t in range(width):
+        lp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        picked.append(mx.take_along_axis(lp, grid[:, t: t + 1], axis=-1)[:, 0])
+        if t + 1 < width:
+            logits = bb.step(grid[:, t], cache)
+        mx.async_eval(picked[-1], logits)
+    rows = mx.stack(picked, axis=1).tolist()
+    return [row[: len(f)] for row, f in zip(rows, follow)]
+
+
 def yes_no_ids(tokenizer) -> tuple[list[int], list[int]]:
     """First token ids of the spellings of yes and no (with and without a leading space)."""
     def first(words):
