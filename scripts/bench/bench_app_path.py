@@ -13,13 +13,8 @@ benchmark; 1.0 = the app at the benchmark's speed; target >= 0.95).
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import platform
 import statistics
 import time
-from datetime import date
 
 from targ_mlx import bind_openblas
 
@@ -29,11 +24,8 @@ import mlx.core as mx  # noqa: E402
 
 from targ_mlx import runner  # noqa: E402
 from targ_mlx.config import Config  # noqa: E402
-from targ_mlx.index import load_encoders, open_indexes  # noqa: E402
-from targ_mlx.runtime.backbone import load_backbone  # noqa: E402
 from targ_mlx.settings import Settings  # noqa: E402
-
-DATA = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data", "qa", "nq_open_dev.jsonl")
+from answer_bench import open_parts, parser, questions as held_out, report  # noqa: E402
 
 
 def bench_prefill(bb, ids) -> float:
@@ -51,19 +43,9 @@ def app_answer(bb, r, q, s):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--index", required=True)
-    ap.add_argument("--retriever", default=None)
-    ap.add_argument("--model", default="qwen2.5-coder-1.5b")
-    ap.add_argument("--data-file", default=DATA)
-    ap.add_argument("--n", type=int, default=8)
-    ap.add_argument("--offset", type=int, default=500, help="first question (past the eval's 500)")
-    ap.add_argument("--json")
-    args = ap.parse_args(argv)
-    with open(args.data_file) as f:
-        questions = [json.loads(line)["question"] for line in f][args.offset: args.offset + args.n]
-    bb = load_backbone(args.model)
-    r = load_encoders(open_indexes([args.index], retriever=args.retriever))
+    args = parser(__doc__.splitlines()[0], n=8).parse_args(argv)
+    questions = held_out(args)
+    bb, r = open_parts(args)
     s = Settings.from_config(Config(), bb.model_id, gate="always")
     _, ids = app_answer(bb, r, questions[0], s)  # warm-up: weights touched, graphs built, encoder loaded
     bench_prefill(bb, ids)
@@ -78,17 +60,10 @@ def main(argv=None):
             app_s, ids2 = app_answer(bb, r, q, s)
             assert ids2 == ids
         rows.append((len(ids), app_s, bench_s))
-    out = {
-        "date": str(date.today()), "machine": platform.processor() or platform.machine(), "model": args.model,
-        "index": args.index, "n": len(rows), "prompt_tokens_median": statistics.median(n for n, _, _ in rows),
-        "app_tok_s_median": statistics.median(n / a for n, a, _ in rows),
-        "bench_tok_s_median": statistics.median(n / b for n, _, b in rows),
-        "app_over_bench_speed_median": statistics.median(b / a for _, a, b in rows),
-    }
-    print(json.dumps(out, indent=2))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=2)
+    report(args, len(rows), prompt_tokens_median=statistics.median(n for n, _, _ in rows),
+           app_tok_s_median=statistics.median(n / a for n, a, _ in rows),
+           bench_tok_s_median=statistics.median(n / b for n, _, b in rows),
+           app_over_bench_speed_median=statistics.median(b / a for _, a, b in rows))
 
 
 if __name__ == "__main__":

@@ -12,12 +12,7 @@ of per-question ratios, and whether every answer, decision and passage list was 
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import platform
 import statistics
-from datetime import date
 
 from targ_mlx import bind_openblas
 
@@ -26,28 +21,17 @@ bind_openblas()  # before mlx.core loads
 from targ_mlx import runner  # noqa: E402
 from targ_mlx.assistant import Assistant, Settings  # noqa: E402
 from targ_mlx.config import Config  # noqa: E402
-from targ_mlx.index import load_encoders, open_indexes  # noqa: E402
-from targ_mlx.runtime.backbone import load_backbone  # noqa: E402
+from answer_bench import open_parts, parser, questions as held_out, report  # noqa: E402
 
-DATA = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data", "qa", "nq_open_dev.jsonl")
 WAYS = ("after", "beside")
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--index", required=True)
-    ap.add_argument("--retriever", default=None)
-    ap.add_argument("--model", default="qwen2.5-coder-1.5b")
+    ap = parser(__doc__.splitlines()[0], n=20)
     ap.add_argument("--gate", default=None, help="a search-first gate (default: the apps' evidence gate)")
-    ap.add_argument("--data-file", default=DATA)
-    ap.add_argument("--n", type=int, default=20)
-    ap.add_argument("--offset", type=int, default=500, help="first question (past the eval's 500)")
-    ap.add_argument("--json")
     args = ap.parse_args(argv)
-    with open(args.data_file) as f:
-        questions = [json.loads(line)["question"] for line in f][args.offset: args.offset + args.n]
-    bb = load_backbone(args.model)
-    r = load_encoders(open_indexes([args.index], retriever=args.retriever))
+    questions = held_out(args)
+    bb, r = open_parts(args)
     flags = {"gate": args.gate} if args.gate else {}
     ask = Assistant(bb, r, Settings.from_config(Config(), bb.model_id, **flags))
     ask.answer(questions[0])  # warm-up: weights touched, graphs built, encoder loaded
@@ -65,19 +49,12 @@ def main(argv=None):
                 parts[w][k].append(getattr(ans.latency, k))
         same += got["after"] == got["beside"]
         reads += got["beside"][1]
-    out = {
-        "date": str(date.today()), "machine": platform.processor() or platform.machine(), "model": args.model,
-        "index": args.index, "gate": ask.settings.gate, "n": len(questions), "read": reads,
-        "median_s": {w: statistics.median(v) for w, v in times.items()},
-        "parts_median_s": {w: {k: statistics.median(v) for k, v in p.items()} for w, p in parts.items()},
-        "ratio_of_medians": statistics.median(times["beside"]) / statistics.median(times["after"]),
-        "median_ratio": statistics.median(b / a for a, b in zip(times["after"], times["beside"])),
-        "answers_the_same": f"{same} of {len(questions)}",
-    }
-    print(json.dumps(out, indent=2))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=2)
+    report(args, len(questions), gate=ask.settings.gate, read=reads,
+           median_s={w: statistics.median(v) for w, v in times.items()},
+           parts_median_s={w: {k: statistics.median(v) for k, v in p.items()} for w, p in parts.items()},
+           ratio_of_medians=statistics.median(times["beside"]) / statistics.median(times["after"]),
+           median_ratio=statistics.median(b / a for a, b in zip(times["after"], times["beside"])),
+           answers_the_same=f"{same} of {len(questions)}")
 
 
 if __name__ == "__main__":

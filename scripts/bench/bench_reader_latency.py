@@ -13,13 +13,8 @@ passage slots whose title repeats one read before (the duplicates "distinct" and
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import platform
 import statistics
 from dataclasses import replace
-from datetime import date
 
 from targ_mlx import bind_openblas
 
@@ -28,11 +23,8 @@ bind_openblas()  # before mlx.core loads
 from targ_mlx.assistant import Assistant, Settings  # noqa: E402
 from targ_mlx.config import Config  # noqa: E402
 from targ_mlx.defaults import DEFAULT_PROMPT  # noqa: E402
-from targ_mlx.index import open_indexes  # noqa: E402
 from targ_mlx.matching import normalize  # noqa: E402
-from targ_mlx.runtime.backbone import load_backbone  # noqa: E402
-
-DATA = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data", "qa", "nq_open_dev.jsonl")
+from answer_bench import open_parts, parser, questions as held_out, report  # noqa: E402
 
 
 def repeats(titles: list[str]) -> int:
@@ -44,21 +36,12 @@ def repeats(titles: list[str]) -> int:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--index", required=True)
-    ap.add_argument("--retriever", default=None)
-    ap.add_argument("--model", default="qwen2.5-coder-1.5b")
-    ap.add_argument("--data-file", default=DATA)
-    ap.add_argument("--n", type=int, default=20)
-    ap.add_argument("--offset", type=int, default=500, help="first question (past the eval's 500)")
+    ap = parser(__doc__.splitlines()[0], n=20)
     ap.add_argument("--readers", default="passages,each")
-    ap.add_argument("--json")
     args = ap.parse_args(argv)
-    with open(args.data_file) as f:
-        questions = [json.loads(line)["question"] for line in f][args.offset: args.offset + args.n]
+    questions = held_out(args)
     readers = args.readers.split(",")
-    bb = load_backbone(args.model)
-    r = open_indexes([args.index], retriever=args.retriever)
+    bb, r = open_parts(args)
     app = Settings.from_config(Config(), bb.model_id, gate="always")  # the apps' answer cap and budget
     asks = {m: Assistant(bb, r, replace(app, read=m, prompt_style=DEFAULT_PROMPT)) for m in readers}
     asks[readers[0]].answer(questions[0])  # warm-up: weights touched, graphs built
@@ -75,19 +58,11 @@ def main(argv=None):
             slots[m][0] += repeats(titles)
             slots[m][1] += len(titles)
     a, b = readers[1], readers[0]
-    out = {
-        "date": str(date.today()), "machine": platform.processor() or platform.machine(), "model": args.model,
-        "index": args.index, "n": len(questions),
-        "median_s": {m: statistics.median(v) for m, v in times.items()},
-        "parts_median_s": {m: {k: statistics.median(v) for k, v in p.items()} for m, p in parts.items()},
-        "ratio_of_medians": statistics.median(times[a]) / statistics.median(times[b]),
-        "median_ratio": statistics.median(x / y for x, y in zip(times[a], times[b])),
-        "repeated_title_share": {m: s[0] / s[1] if s[1] else 0.0 for m, s in slots.items()},
-    }
-    print(json.dumps(out, indent=2))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=2)
+    report(args, len(questions), median_s={m: statistics.median(v) for m, v in times.items()},
+           parts_median_s={m: {k: statistics.median(v) for k, v in p.items()} for m, p in parts.items()},
+           ratio_of_medians=statistics.median(times[a]) / statistics.median(times[b]),
+           median_ratio=statistics.median(x / y for x, y in zip(times[a], times[b])),
+           repeated_title_share={m: s[0] / s[1] if s[1] else 0.0 for m, s in slots.items()})
 
 
 if __name__ == "__main__":
