@@ -89,8 +89,8 @@ class Settings:
     each: int = _opt(READ_EACH, "with --read each: distinct topics read one at a time (the eval: kept as candidates; its "
                      "answer chosen among the first 3)", type=int, metavar="M")
     rerank: str = _opt("", "re-order the search's top 20 before reading: a sentence-transformers CrossEncoder (Hub id "
-                       "or folder), llm (the loaded model judges each passage; slower), or upr (how likely SmolLM2 finds "
-                       "the question after each passage, fused with the search's order); empty: off",
+                       "or folder), llm (the loaded model judges each passage; slower), or upr (by how likely SmolLM2 "
+                       "finds the question after each passage); empty: off",
                        metavar="NAME|PATH|llm|upr")
     # the closed-book draft as one more search route: question + draft searched beside the question
     # and fused at this weight; only where a draft exists before the search (the evidence gate)
