@@ -148,13 +148,15 @@ class QueryLikelihoodReranker:
         return [sum(r) / len(r) for r in rows]
 
     def scores(self, question: str, passages: Sequence[Passage]) -> list[float]:
-        ll = self.likelihoods(question, passages)
-        return ll if math.isinf(self.weight) else fused_with_likelihood(ll, self.weight)
+        return fused_with_likelihood(self.likelihoods(question, passages), self.weight)
 
 
 def fused_with_likelihood(likelihoods: Sequence[float], weight: float) -> list[float]:
     """Per passage (in the search's order), 1 / (c + its rank) + weight / (c + its likelihood's
-    rank): `retrieval.fuse`'s reciprocal rank fusion of the two orders, as scores."""
+    rank): `retrieval.fuse`'s reciprocal rank fusion of the two orders, as scores. Weight 0 keeps
+    the search's order; an infinite weight is the likelihood's order alone (the likelihoods)."""
+    if math.isinf(weight):
+        return list(likelihoods)
     by_ll = sorted(range(len(likelihoods)), key=lambda i: -likelihoods[i])
     ll_rank = {i: r for r, i in enumerate(by_ll, start=1)}
     return [1.0 / (RRF_C + i) + weight / (RRF_C + ll_rank[i - 1]) for i in range(1, len(likelihoods) + 1)]

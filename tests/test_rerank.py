@@ -2,6 +2,7 @@
 wheel: a tiny randomly initialised BERT with MiniLM's tokenizer, saved as sentence-transformers
 saves one), and the loaded LLM as the judge, over the small real index."""
 
+import math
 import subprocess
 import sys
 
@@ -96,3 +97,5 @@ def test_query_likelihood_finds_the_question_likelier_after_its_own_passage(back
     # fused: a passage first in the search and last by likelihood ties one last and first
     assert rerank.fused_with_likelihood([-3.0, -1.0], 1.0) == pytest.approx([1 / 61 + 1 / 62, 1 / 62 + 1 / 61])
     assert rerank.reorder(["a", "b", "c"], rerank.fused_with_likelihood([-1.0, -2.0, -0.5], 2.0)) == ["c", "a", "b"]
+    assert rerank.reorder(["a", "b", "c"], rerank.fused_with_likelihood([-1.0, -2.0, -0.5], 0.0)) == ["a", "b", "c"]
+    assert rerank.reorder(["a", "b", "c"], rerank.fused_with_likelihood([-1.0, -2.0, -0.5], math.inf)) == ["c", "a", "b"]

@@ -36,15 +36,6 @@ KS = (1, 3, 5)
 POOL = 500  # the eval's split pool (--split-pool 500)
 
 
-def order(likelihoods: list[float], w: float) -> list[int]:
-    if w == 0.0:
-        return list(range(len(likelihoods)))
-    if math.isinf(w):
-        return sorted(range(len(likelihoods)), key=lambda i: -likelihoods[i])
-    s = rerank.fused_with_likelihood(likelihoods, w)
-    return sorted(range(len(s)), key=lambda i: -s[i])
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--index", required=True)
@@ -69,7 +60,7 @@ def main() -> None:
             ll = judge.likelihoods(x["question"], found) if len(found) > 1 else [0.0] * len(found)
             seconds.append(time.perf_counter() - t0)
             for w in WEIGHTS:
-                ranked = [found[i] for i in order(ll, w)]
+                ranked = rerank.reorder(found, rerank.fused_with_likelihood(ll, w))
                 rows[w].append([contains(" ".join(p.text for p in ranked[:k]), x["answers"]) for k in KS])
         # the eval's own split of its 500-question pool (what its budgets were chosen on), cut to these
         dev, test = (h[h < len(recs)] for h in split(max(len(recs), POOL), 0, pool=POOL))
