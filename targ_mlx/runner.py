@@ -203,30 +203,25 @@ def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] |
     d: Draft | None = None
     prefix: list[int] = []  # answer tokens given before reading (a re-check's)
     early: Future | None = None  # the search, started before the draft where it can run beside it
-    spans: dict[str, tuple[float, float]] = {}  # when the draft and an early search ran
 
-    def search_beside():
+    def search_beside():  # the search and when it ran (for the seconds it overlapped the draft)
         t0 = time.perf_counter()
-        try:
-            return search()
-        finally:
-            spans["search"] = (t0, time.perf_counter())
+        return search(), (t0, time.perf_counter())
 
     if SEARCH in g.needs and DRAFT in g.needs and not unavailable and _searches_beside(bb, s, turns):
         early = _SEARCHER.submit(search_beside)
     if DRAFT in g.needs:
         n = s.n_samples if SAMPLES in g.needs else 0
-        t0 = time.perf_counter()
+        a0 = time.perf_counter()
         d = draft(bb, base_ids, s.k, n, s.temperature, s.seed)
-        spans["draft"] = (t0, time.perf_counter())
+        a1 = time.perf_counter()
         st.lat["draft"] = d.prefill_s + d.decode_s
         yield Drafted(tuple(d.tokens), st.lat["draft"])
 
     packed, searched = None, ""
     if SEARCH in g.needs and not unavailable:
         if early is not None:
-            packed, searched = early.result()
-            (a0, a1), (b0, b1) = spans["draft"], spans["search"]
+            (packed, searched), (b0, b1) = early.result()
             st.lat["overlap"] = max(0.0, min(a1, b1) - max(a0, b0))
         else:
             packed, searched = search()
