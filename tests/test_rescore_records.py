@@ -54,3 +54,55 @@ def test_rescoring_against_another_index_names_the_fix(backbone, small_index_dir
     with pytest.raises(SystemExit, match="pass the --index the records were made with"):
         rescore.main([str(run), "--model", "smollm2-135m", "--index", str(small_index_dir)])
     assert read_jsonl(run / "records.jsonl")[0] == row  # nothing written
+
+
+def _run(folder: Path, s: EvalSettings, records: list[dict]) -> Path:
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model": "smollm2-135m", "settings": s.to_dict()}), encoding="utf-8")
+    write_jsonl(folder / "records.jsonl", records)
+    return folder
+
+
+def test_a_cell_takes_a_rerecorded_draft_and_keeps_its_own_reading(backbone, small_index_dir, small_index_questions,
+                                                                   tmp_path):
+    """--reuse-records: a cell over one corpus follows the same run re-recorded over another (new
+    kernels, new drafts) without its own index: the draft, Never answer and draft scores come from
+    there, the Always answer stays the cell's, and confirmation and the evidence score follow the
+    new draft, as a re-record would compute them."""
+    s = EvalSettings(eval_answer(max_tokens=12), k_max=8, ks=(4, 8), baselines=False)
+    items = [QAItem(q["id"], q["question"], tuple(q["answers"])) for q in small_index_questions[:5]]
+    recs = [r.to_dict() for r in record_batch(backbone, open_retriever(small_index_dir), items, s)]
+    assert {r["always"]["confirms"]["8"] for r in recs} == {0, 1}
+    stale = json.loads(json.dumps(recs))
+    for r, other in zip(stale, recs[1:] + recs[:1]):  # an older kernel's drafts and Never answers
+        for key in ("draft", "entropies", "gaps", "never"):
+            r[key] = other[key]
+        r["scores"] = other["scores"]
+    base = json.loads(json.dumps(recs))
+    for r in base:  # the re-record over the other corpus read something else
+        r["always"] = {**r["always"], "answer": "read elsewhere", "passages": []}
+    cell = _run(tmp_path / "cell", s, stale)
+    _run(tmp_path / "base", s, base)
+    assert rescore.main([str(cell), "--model", "smollm2-135m", "--index", str(small_index_dir),
+                         "--reuse-records", str(tmp_path / "base")]) == 0
+    new = read_jsonl(cell / "records.jsonl")
+    assert [r["draft"] for r in new] == [r["draft"] for r in recs]
+    assert [r["never"] for r in new] == [r["never"] for r in recs]
+    assert [r["always"]["answer"] for r in new] == [r["always"]["answer"] for r in recs]
+    assert [r["always"]["confirms"] for r in new] == [r["always"]["confirms"] for r in recs]
+    for r, ref in zip(new, recs):
+        assert r["scores"]["margin"] == ref["scores"]["margin"]
+        assert r["scores"]["evidence"] == pytest.approx(ref["scores"]["evidence"], abs=1e-4)
+    assert json.loads((cell / "config.json").read_text())["corpus_free_from"] == str(tmp_path / "base")
+
+
+def test_drafts_of_other_settings_are_refused(backbone, small_index_dir, small_index_questions, tmp_path):
+    s = EvalSettings(eval_answer(max_tokens=12), k_max=8, ks=(8,), baselines=False)
+    q = small_index_questions[0]
+    [rec] = record_batch(backbone, open_retriever(small_index_dir), [QAItem(q["id"], q["question"], tuple(q["answers"]))], s)
+    cell = _run(tmp_path / "cell", s, [rec.to_dict()])
+    _run(tmp_path / "base", EvalSettings(eval_answer(max_tokens=24), k_max=8, ks=(8,), baselines=False), [rec.to_dict()])
+    with pytest.raises(SystemExit, match="max_tokens=24"):
+        rescore.main([str(cell), "--model", "smollm2-135m", "--index", str(small_index_dir),
+                      "--reuse-records", str(tmp_path / "base")])
+    assert read_jsonl(cell / "records.jsonl") == [rec.to_dict()]

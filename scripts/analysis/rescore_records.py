@@ -12,6 +12,12 @@ For each run folder (`<folder>/records.jsonl`, as `python -m targ_mlx.eval` writ
 2. Every search-dependent gate's scores (the evidence gate's), recomputed from the record's own
    signals with the calibration shipped now (`eval.record.fill_scores`).
 
+With `--reuse-records DIR` (the same run over another corpus, as the eval's flag of that name), each
+record first takes DIR's corpus-free fields (draft, samples, Never answer, corpus-free probes and
+scores) and keeps its own Always branch and CRAG grade: how a cell follows a re-recorded draft
+without its index (a re-record would compute the same, since the Always answer does not read the
+draft). The folder's config.json then names DIR under `corpus_free_from`.
+
 Then `python -m targ_mlx.eval ... --report-only` rebuilds the tables.
 
     python scripts/analysis/rescore_records.py --model qwen2.5-coder-1.5b --index index/clean-minilm \\
@@ -27,7 +33,7 @@ import sys
 from pathlib import Path
 
 from targ_mlx import pipeline, prompts
-from targ_mlx.eval.record import fill_scores
+from targ_mlx.eval.record import corpus_free_diff, fill_scores, over_corpus
 from targ_mlx.eval.run import read_jsonl, write_jsonl
 from targ_mlx.retrieval import Passage
 from targ_mlx.runtime import gguf
@@ -58,6 +64,26 @@ def set_context_signals(records: list[dict], db: sqlite3.Connection, tok, budget
     return added
 
 
+def take_corpus_free(records: list[dict], cfg: dict, root: Path, where: Path) -> Path:
+    """Replace each record (in place) by root's record of the same question over this corpus."""
+    src = root / where.name if (root / where.name / "records.jsonl").is_file() else root
+    if not (src / "records.jsonl").is_file() or not (src / "config.json").is_file():
+        raise SystemExit(f"--reuse-records {root}: no records.jsonl and config.json in it or in {where.name}/; "
+                         "pass an eval run folder")
+    diff = corpus_free_diff(json.loads((src / "config.json").read_text(encoding="utf-8")), cfg)
+    if diff:
+        raise SystemExit(f"--reuse-records {src}: made with other settings than {where}: {', '.join(diff)}")
+    base = {r["id"]: r for r in read_jsonl(src / "records.jsonl")}
+    missing = [r["id"] for r in records if r["id"] not in base]
+    if missing:
+        raise SystemExit(f"--reuse-records {src} lacks {len(missing)} of {where}'s questions (first: {missing[0]}); "
+                         "finish recording it first")
+    for i, r in enumerate(records):
+        own = {k: v for k, v in r.get("cost", {}).items() if k in ("retrieval", "always")}
+        records[i] = over_corpus(base[r["id"]], r["always"], r.get("probes", {}).get("p_relevant"), own)
+    return src
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("folders", nargs="+", type=Path, help="run folders holding records.jsonl and config.json")
@@ -65,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--index", required=True, type=Path,
                     help="an index holding the recorded passages (the run's, or a rebuild of its corpora: "
                          "keys are stable, and `build --no-dense` is enough)")
+    ap.add_argument("--reuse-records", metavar="DIR", type=Path,
+                    help="the same run over another corpus (DIR/<dataset> or DIR): take its corpus-free fields")
     args = ap.parse_args(argv)
     db_path = args.index / "passages.db"
     if not db_path.is_file():
@@ -81,9 +109,12 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"{folder} was recorded with {cfg['model']}, not {args.model}")
         settings = cfg["settings"]
         records = read_jsonl(rec_path)
+        src = take_corpus_free(records, cfg, args.reuse_records, folder) if args.reuse_records else None
         added = set_context_signals(records, db, tok, int(settings["context_tokens"]), folder)
         rescored = fill_scores(records, args.model, float(settings["beta"]), search_changed=True)
         write_jsonl(rec_path, records)
+        if src is not None:
+            cfg_path.write_text(json.dumps({**cfg, "corpus_free_from": str(src)}, indent=2, default=str), encoding="utf-8")
         share = sum(r["always"]["confirms"].get("20", 0) for r in records) / max(1, len(records))
         print(f"{folder}: confirms and support set on {added} of {len(records)} records (k=20: {share:.1%} confirmed); "
               f"{rescored} rescored")

@@ -16,7 +16,7 @@ from targ_mlx import bind_openblas
 
 bind_openblas()  # an entry point: bind before the imports below load mlx.core
 from targ_mlx.eval.datasets import DATASETS, DEFAULT_LIMIT, dataset_name, load_hf, max_tokens_for, read_jsonl, sample
-from targ_mlx.eval.record import EVAL_DEFAULTS, K_MAX, EvalSettings, eval_answer
+from targ_mlx.eval.record import EVAL_DEFAULTS, K_MAX, EvalSettings, corpus_free_diff, eval_answer
 from targ_mlx.eval.run import DEFAULT_BATCH, DEFAULT_LATENCY_SAMPLE
 from targ_mlx.retrieval import RETRIEVER_HELP, RETRIEVERS
 from targ_mlx.session import add_flags, flag_fields, given
@@ -175,14 +175,6 @@ def evaluate_dataset(name, items, args, out: Path, bb, retriever, log, session, 
                             plots=not args.no_plots, config=config, meta={it.id: it.meta for it in items})
 
 
-# settings that make two runs' corpus-free fields interchangeable: everything the draft, the samples,
-# the Never answer and the corpus-free probes depend on. Not top_k, context_tokens, read or rerank:
-# they change only what a re-record computes again (the Always answer, hit@K, confirmation, the
-# CRAG grade), so one draft serves every reading depth and mode.
-_SAME = ("k_max", "ks", "n_samples", "temperature", "beta", "max_tokens", "prompt_style", "seed", "baselines",
-         "crag_tokens")
-
-
 def _reusable(folder: str | None, name: str, out: Path, s: EvalSettings, model: str) -> dict[str, dict]:
     """Records of the same run over another corpus, by question id (checked to be interchangeable)."""
     if not folder:
@@ -193,12 +185,7 @@ def _reusable(folder: str | None, name: str, out: Path, s: EvalSettings, model: 
     src = root / name if (root / name / "records.jsonl").is_file() else root
     if src.resolve() == out.resolve() or not (src / "records.jsonl").is_file():
         return {}
-    cfg = _config(src) or {}
-    theirs, ours = cfg.get("settings", {}), s.to_dict()
-    diff = [f"{k}={theirs.get(k)!r} (here {ours[k]!r})" for k in _SAME if k in theirs and
-            (list(theirs[k]) if isinstance(theirs[k], list) else theirs[k]) != (list(ours[k]) if isinstance(ours[k], tuple) else ours[k])]
-    if cfg.get("model") not in (None, model):
-        diff.insert(0, f"model={cfg.get('model')!r} (here {model!r})")
+    diff = corpus_free_diff(_config(src) or {}, {"model": model, "settings": s.to_dict()})
     if diff:
         raise ValueError(f"--reuse-records {src}: made with other settings: {', '.join(diff)}; "
                          "fix: give the same settings, or drop --reuse-records")

@@ -299,13 +299,36 @@ def rerecord_batch(bb: Backbone, items: Sequence[QAItem], base: Sequence[dict], 
     Always answer, hit@K and CRAG-lite's grade are computed again, so it costs those stages only."""
     cost: dict = {}
     always, p_rel = _context_part(bb, items, found, s, cost, [r["draft"] for r in base])
-    out = []
-    for r, a, pr in zip(base, always, p_rel):
-        probes_ = {**r.get("probes", {}), **({"p_relevant": pr} if pr is not None else {})}
-        # stages run here are timed here; the draft and the probes keep the base run's seconds
-        # (its CRAG probe graded a context of the same token budget)
-        share = {**r.get("cost", {}), "retrieval": cost["retrieval"] / len(items), "always": cost["always"] / len(items)}
-        row = {**r, "always": a, "probes": probes_, "cost": share}
-        fill_scores([row], bb.model_id, s.answer.beta, search_changed=True)  # the new corpus's search
-        out.append(row)
+    share = {"retrieval": cost["retrieval"] / len(items), "always": cost["always"] / len(items)}
+    out = [over_corpus(r, a, pr, share) for r, a, pr in zip(base, always, p_rel)]
+    fill_scores(out, bb.model_id, s.answer.beta, search_changed=True)  # the new corpus's search
     return out
+
+
+# the settings that make two runs' corpus-free fields interchangeable: everything the draft, the samples,
+# the Never answer and the corpus-free probes depend on. Not top_k, context_tokens, read or rerank:
+# they change only what a re-record computes again (the Always answer, hit@K, confirmation, the
+# CRAG grade), so one draft serves every reading depth and mode.
+_SAME = ("k_max", "ks", "n_samples", "temperature", "beta", "max_tokens", "prompt_style", "seed", "baselines",
+         "crag_tokens")
+
+
+def corpus_free_diff(theirs: dict, ours: dict) -> list[str]:
+    """What keeps two runs' configs (`model`, `settings`) from sharing corpus-free fields, as
+    "name=theirs (here ours)"; empty when one run's drafts serve the other."""
+    a, b = theirs.get("settings", {}), ours.get("settings", {})
+    norm = lambda v: list(v) if isinstance(v, (list, tuple)) else v  # noqa: E731  (json lists, tuples here)
+    diff = [f"{k}={a[k]!r} (here {b.get(k)!r})" for k in _SAME if k in a and k in b and norm(a[k]) != norm(b[k])]
+    if theirs.get("model") not in (None, ours.get("model")):
+        diff.insert(0, f"model={theirs.get('model')!r} (here {ours.get('model')!r})")
+    return diff
+
+
+def over_corpus(base: dict, always: dict, p_relevant: float | None, cost: dict) -> dict:
+    """A record of `base`'s question over another corpus: base's corpus-free fields (draft, samples,
+    Never answer, corpus-free probes and scores) with that corpus's Always branch, CRAG grade and
+    the seconds of the stages run for it (the draft and the probes keep base's seconds; its CRAG
+    probe graded a context of the same token budget). Search-dependent scores still need
+    `fill_scores(..., search_changed=True)`."""
+    probes_ = {**base.get("probes", {}), **({"p_relevant": p_relevant} if p_relevant is not None else {})}
+    return {**base, "always": always, "probes": probes_, "cost": {**base.get("cost", {}), **cost}}
