@@ -11,12 +11,14 @@ test half scored): evidence − random at its reading rate, paired bootstrap 95%
 Two own − other columns: the gated accuracy's difference, and evidence − random's (the own fit's
 minus the other model's); the count of cells where the latter is within 0.5 points closes the run.
 
-    PYTHONPATH=. python scripts/analysis/transfer_calibration.py [--boot 1000] [--no-fit-tau 0.05]
+    PYTHONPATH=. python scripts/analysis/transfer_calibration.py [--boot 1000] [--no-fit-tau 0.05] [--out FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import sys
 from pathlib import Path
 
@@ -83,7 +85,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--boot", type=int, default=1000, help="bootstrap resamples (default 1000, the report's)")
     ap.add_argument("--no-fit-tau", type=float, metavar="TAU",
                     help="also score the pooled fit at this tau (what a model with no fit would read at)")
+    ap.add_argument("--out", type=Path, help="write the tables to this file (results/calibration_transfer.md) too")
     args = ap.parse_args(argv)
+    if args.out:
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            report(args)
+        given = " ".join(argv if argv is not None else sys.argv[1:])
+        text = ("# The evidence gate under other calibrations: the other model's, the pooled one, the own fit "
+                f"without the cell's dataset\n\n`PYTHONPATH=. python scripts/analysis/transfer_calibration.py {given}`\n\n"
+                + buf.getvalue())
+        args.out.write_text(text, encoding="utf-8")
+        print(text, end="")
+        return 0
+    report(args)
+    return 0
+
+
+def report(args) -> None:
     keys = ("own", "other", "default", "lodo") + (("new",) if args.no_fit_tau is not None else ())
     shipped = calibrations()
     head = ("| model · corpus · dataset | test n | own: evidence − random (reading rate) | other model's | "
@@ -136,7 +155,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"without the cell's dataset: within 0.5 points of the own fit's in {sum(abs(g) <= 0.5 for g in lodo_gaps)} "
           f"of {len(lodo_gaps)} cells (budget from the dev half); at each fit's own tau, beats random (CI above 0) "
           f"in {wins['lodo']} of {len(lodo_gaps)} cells (own fit: {wins['own']})")
-    return 0
 
 
 if __name__ == "__main__":
