@@ -33,8 +33,8 @@ import sys
 from pathlib import Path
 
 from targ_mlx import pipeline, prompts
-from targ_mlx.eval.record import corpus_free_diff, fill_scores, over_corpus
-from targ_mlx.eval.run import read_jsonl, write_jsonl
+from targ_mlx.eval.record import fill_scores, over_corpus
+from targ_mlx.eval.run import corpus_free_source, read_jsonl, write_jsonl
 from targ_mlx.retrieval import Passage
 from targ_mlx.runtime import gguf
 from targ_mlx.runtime.model_spec import ALIASES, alias_path
@@ -66,14 +66,12 @@ def set_context_signals(records: list[dict], db: sqlite3.Connection, tok, budget
 
 def take_corpus_free(records: list[dict], cfg: dict, root: Path, where: Path) -> Path:
     """Replace each record (in place) by root's record of the same question over this corpus."""
-    src = root / where.name if (root / where.name / "records.jsonl").is_file() else root
-    if not (src / "records.jsonl").is_file() or not (src / "config.json").is_file():
+    src, base, diff = corpus_free_source(root, where.name, cfg)
+    if not base or not (src / "config.json").is_file():
         raise SystemExit(f"--reuse-records {root}: no records.jsonl and config.json in it or in {where.name}/; "
                          "pass an eval run folder")
-    diff = corpus_free_diff(json.loads((src / "config.json").read_text(encoding="utf-8")), cfg)
     if diff:
         raise SystemExit(f"--reuse-records {src}: made with other settings than {where}: {', '.join(diff)}")
-    base = {r["id"]: r for r in read_jsonl(src / "records.jsonl")}
     missing = [r["id"] for r in records if r["id"] not in base]
     if missing:
         raise SystemExit(f"--reuse-records {src} lacks {len(missing)} of {where}'s questions (first: {missing[0]}); "

@@ -1,7 +1,7 @@
 """How the evidence gate fares with another model's calibration: the transfer table.
 
 For each offline model and each of its committed eval cells, the gate's U_evi is recomputed from
-the records (no model runs) under three calibrations: the model's own shipped fit, the other
+the records (no model runs) under four calibrations: the model's own shipped fit, the other
 model's, the pooled "default" (what every other model gets; it was fitted on both models' dev
 halves, this one's included), and the model's own fit **without the cell's dataset** (refitted here
 as fit_evidence.py fits the shipped one, on the dev halves of its seeded and clean cells of the
@@ -103,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report(args) -> None:
-    keys = ("own", "other", "default", "lodo") + (("new",) if args.no_fit_tau is not None else ())
+    judged = ("own", "other", "default", "lodo")  # each judged both ways; "new" only at its fixed tau
+    keys = judged + (("new",) if args.no_fit_tau is not None else ())
     shipped = calibrations()
     head = ("| model · corpus · dataset | test n | own: evidence − random (reading rate) | other model's | "
             "pooled default | own fit without this dataset | own − other (accuracy) | own − other (evidence − random) | "
@@ -135,9 +136,8 @@ def report(args) -> None:
                 lodo_gaps.append(100 * (v["own"].vs_random[0] - v["lodo"].vs_random[0]))
                 for key in ("own", "lodo"):  # as shipped: beats random (CI above 0) at the fit's own tau
                     wins[key] += both[key][1][1][1] > 0
-                cols = [f"{_ci(v[key].vs_random)} ({v[key].rate:.2f})" for key in ("own", "other", "default", "lodo")]
-                fixed = [f"{_ci(both[key][1][1])} ({both[key][1][0]:.2f})" for key in ("own", "other", "default", "lodo")
-                         + (("new",) if "new" in keys else ())]
+                cols = [f"{_ci(v[key].vs_random)} ({v[key].rate:.2f})" for key in judged]
+                fixed = [f"{_ci(both[key][1][1])} ({both[key][1][0]:.2f})" for key in keys]
                 print(f"| {label} · {corpus} · {dname} | {v['own'].n} | {' | '.join(cols)} | {gap:+.1f} | {transfer_gaps[-1]:+.2f} | "
                       f"{lodo_gaps[-1]:+.2f} | {' | '.join(fixed)} |")
                 sys.stdout.flush()

@@ -100,8 +100,7 @@ def main(argv: list[str] | None = None) -> int:
                     f.write(json.dumps({"id": r["id"], "answer": ans, "acc": score_all(ans, r["answers"])["acc"],
                                         "recorded": r["always"]["answer"], "recorded_acc": r["always"]["acc"]}) + "\n")
         rows = [json.loads(x) for x in open(path)]
-        diff = np.array([[x["acc"] - x["recorded_acc"]] for x in rows])
-        est, lo, hi = bootstrap_ci(diff[:, 0], n=2000)
+        est, lo, hi = bootstrap_ci(np.array([x["acc"] - x["recorded_acc"] for x in rows]), n=2000)
         result["layouts"][layout] = {"n": len(rows), "right": round(float(np.mean([x["acc"] for x in rows])), 4),
                                      "recorded_right": round(float(np.mean([x["recorded_acc"] for x in rows])), 4),
                                      "minus_recorded": [round(est, 4), round(lo, 4), round(hi, 4)],

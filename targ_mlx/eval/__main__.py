@@ -16,7 +16,7 @@ from targ_mlx import bind_openblas
 
 bind_openblas()  # an entry point: bind before the imports below load mlx.core
 from targ_mlx.eval.datasets import DATASETS, DEFAULT_LIMIT, dataset_name, load_hf, max_tokens_for, read_jsonl, sample
-from targ_mlx.eval.record import EVAL_DEFAULTS, K_MAX, EvalSettings, corpus_free_diff, eval_answer
+from targ_mlx.eval.record import EVAL_DEFAULTS, K_MAX, EvalSettings, eval_answer
 from targ_mlx.eval.run import DEFAULT_BATCH, DEFAULT_LATENCY_SAMPLE
 from targ_mlx.retrieval import RETRIEVER_HELP, RETRIEVERS
 from targ_mlx.session import add_flags, flag_fields, given
@@ -179,17 +179,15 @@ def _reusable(folder: str | None, name: str, out: Path, s: EvalSettings, model: 
     """Records of the same run over another corpus, by question id (checked to be interchangeable)."""
     if not folder:
         return {}
-    from targ_mlx.eval.run import read_jsonl
+    from targ_mlx.eval.run import corpus_free_source
 
-    root = Path(folder)
-    src = root / name if (root / name / "records.jsonl").is_file() else root
-    if src.resolve() == out.resolve() or not (src / "records.jsonl").is_file():
+    src, records, diff = corpus_free_source(Path(folder), name, {"model": model, "settings": s.to_dict()})
+    if src.resolve() == out.resolve():
         return {}
-    diff = corpus_free_diff(_config(src) or {}, {"model": model, "settings": s.to_dict()})
     if diff:
         raise ValueError(f"--reuse-records {src}: made with other settings: {', '.join(diff)}; "
                          "fix: give the same settings, or drop --reuse-records")
-    return {r["id"]: r for r in read_jsonl(src / "records.jsonl")}
+    return records
 
 
 def _fill_hits(out: Path, records: list[dict], items, retriever, top_k: int) -> None:

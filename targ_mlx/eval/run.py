@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 from targ_mlx import pipeline
 from targ_mlx.eval.datasets import QAItem
 from targ_mlx.eval.latency import time_question
-from targ_mlx.eval.record import QuestionRecord, EvalSettings, record_batch, rerecord_batch
+from targ_mlx.eval.record import QuestionRecord, EvalSettings, corpus_free_diff, record_batch, rerecord_batch
 
 logger = logging.getLogger(__name__)
 
@@ -172,3 +172,15 @@ def run_latency(bb, retriever, items: Sequence[QAItem], never_answers: dict[str,
         if progress:
             progress(i + 1, len(items))
     return {r["id"]: r for r in have}
+
+
+def corpus_free_source(root: Path, name: str, ours: dict) -> tuple[Path, dict[str, dict], list[str]]:
+    """The same run over another corpus, in `root`'s `name`/ folder or `root` itself: that folder,
+    its records by question id (none where it holds no records.jsonl), and `corpus_free_diff` of
+    its config against `ours` (a config's `model` and `settings`): empty where they can serve it."""
+    src = root / name if (root / name / "records.jsonl").is_file() else root
+    if not (src / "records.jsonl").is_file():
+        return src, {}, []
+    cfg = src / "config.json"
+    diff = corpus_free_diff(json.loads(cfg.read_text(encoding="utf-8")) if cfg.is_file() else {}, ours)
+    return src, {r["id"]: r for r in read_jsonl(src / "records.jsonl")}, diff
