@@ -159,17 +159,31 @@ def retrieve(bb: Backbone, retriever, question: str, s: Settings, prefix_tokens:
     t0 = time.perf_counter()
     forms = conversation.search_forms(question, history, s.rewrite, bb, cancel) if history else [
         conversation.SearchForm(question)]
-    route = s.draft_route > 0 and bool(draft.strip()) and not history
-    if route:  # a follow-up's forms already carry the conversation; a new question gets the draft's
-        forms = forms + [conversation.SearchForm(retrieval.draft_query(question, draft), s.draft_route)]
-    queries = [f.query for f in forms]
-    # the question's own top DRAFT_KEEP lead whatever the draft's ranking says (`retrieval.fuse`)
-    found = retrieval.search_fused(retriever, queries, search_depth(s), [f.weight for f in forms],
-                                   keep=retrieval.DRAFT_KEEP if route else 0)
+    route = routes_draft(s, draft, history)
+    found = search_forms(retriever, forms, s, draft if route else "")
     # the form a reranker and the choice judge the passages against (the question's, not the draft's)
-    judged = max(forms[: len(forms) - route], key=lambda f: f.weight).query
+    judged = max(forms, key=lambda f: f.weight).query
     packed = pack_found(bb, question, found, s, prefix_tokens, history, judged)
+    queries = [f.query for f in forms] + ([retrieval.draft_query(question, draft)] if route else [])
     return packed, time.perf_counter() - t0, QUERY_SEPARATOR.join(queries)
+
+
+def routes_draft(s: Settings, draft: str, history: Sequence = ()) -> bool:
+    """Whether the draft is searched as one more route: `s.draft_route` > 0, a draft that says
+    something, and a new question (a follow-up's forms already carry the conversation)."""
+    return s.draft_route > 0 and bool(draft.strip()) and not history
+
+
+def search_forms(retriever, forms: Sequence[conversation.SearchForm], s: Settings, draft: str = "") -> list:
+    """The search's top `search_depth(s)` for a question's forms (one: the question), with question +
+    `draft` fused beside them at `s.draft_route` when a draft is given (`routes_draft`), the
+    question's own top DRAFT_KEEP leading whatever the draft's ranking says (`retrieval.fuse`):
+    the runner's and the eval's one search."""
+    forms = list(forms)
+    if draft:
+        forms.append(conversation.SearchForm(retrieval.draft_query(forms[0].query, draft), s.draft_route))
+    return retrieval.search_fused(retriever, [f.query for f in forms], search_depth(s), [f.weight for f in forms],
+                                  keep=retrieval.DRAFT_KEEP if draft else 0)
 
 
 def rechecks(s: Settings, d: Draft | None) -> bool:

@@ -93,9 +93,10 @@ class Settings:
                        "finds the question after each passage); empty: off",
                        metavar="NAME|PATH|llm|upr")
     # the closed-book draft as one more search route: question + draft searched beside the question
-    # and fused at this weight; only where a draft exists before the search (the evidence gate)
+    # and fused at this weight; only where a draft exists before the search (the evidence gate; the
+    # eval's Always branch searches again with the k-token draft)
     draft_route: float = _opt(0.0, "search question + the closed-book draft too, fused beside the question's own "
-                              "ranking at weight W (0: off)", type=float, metavar="W", faces=APPS)
+                              "ranking at weight W (0: off)", type=float, metavar="W")
     depth_ratio: float = _opt(DEFAULT_DEPTH_RATIO, "read only the top-K passages whose similarity is at least R x the "
                               "most similar one's (0: all K)", type=float, metavar="R")
     # the evidence gate's calibration for this model (`Config.evidence_calibration`) and what it is:

@@ -36,6 +36,30 @@ def test_an_asked_and_an_evaluated_question_get_the_same_answers(backbone, small
     assert looked.confirmed is not None and int(looked.confirmed) == rec.always["confirms"]["8"]
 
 
+def test_the_eval_searches_with_the_draft_route_as_the_app_does(backbone, small_index_dir, small_index_questions):
+    """--draft-route in the eval: the Always branch reads what question + the k-token draft finds
+    (fused beside the question's own ranking), the passages `targ ask`'s evidence gate finds with
+    the same draft; off, the question's own. On these questions the route changes what is read."""
+    retriever = open_retriever(small_index_dir)
+    rows = small_index_questions[:8]
+    items = [QAItem(q["id"], q["question"], tuple(q["answers"])) for q in rows]
+    routed = record_batch(backbone, retriever, items, EvalSettings(eval_answer(max_tokens=12, k=8, draft_route=1.0),
+                                                                   k_max=8, ks=(8,), baselines=False))
+    plain = record_batch(backbone, retriever, items, EvalSettings(eval_answer(max_tokens=12, k=8), k_max=8, ks=(8,),
+                                                                  baselines=False))
+    s = routed[0]
+    a = Assistant(backbone, retriever, Settings(k=8, max_tokens=12, top_k=5, context_tokens=eval_answer().context_tokens,
+                                                prompt_style=eval_answer().prompt_style, draft_route=1.0))
+    moved = 0
+    for q, r, p in zip(rows, routed, plain):
+        looked = a.answer(q["question"], gate="evidence", tau=1.0)
+        assert [[x.key, x.title] for x in looked.found] == [x[:2] for x in r.always["passages"]]
+        assert r.draft == p.draft and r.never == p.never  # the route changes only what is read
+        moved += [x[0] for x in r.always["passages"]] != [x[0] for x in p.always["passages"]]
+    assert moved >= 1
+    assert s.always["passages"]
+
+
 def test_packing_is_clamped_at_zero(backbone, small_index_dir, small_index_questions):
     """A window with no room left for context packs nothing (the eval's latency pass used to
     pass a negative budget)."""

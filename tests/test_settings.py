@@ -92,7 +92,7 @@ def test_every_answer_field_is_a_flag_of_each_face_that_takes_it():
     from targ_mlx.settings import APPS, FACES, flag_fields, flag_name
 
     skipped = {name for name, f in flag_fields().items() if f.metadata["faces"] != FACES}
-    assert skipped == {"gate", "tau", "recheck_every", "history_tokens", "rewrite", "draft_route"}
+    assert skipped == {"gate", "tau", "recheck_every", "history_tokens", "rewrite"}
     assert all(flag_fields()[n].metadata["faces"] == APPS for n in skipped)
     for face, parser in _faces().items():
         shown = parser.format_help()

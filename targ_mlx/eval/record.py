@@ -19,6 +19,7 @@ from targ_mlx.runtime import batch
 from targ_mlx.runtime.backbone import Backbone
 from targ_mlx.gates import SCORED_GATES
 from targ_mlx import probes
+from targ_mlx.conversation import SearchForm
 from targ_mlx.eval.datasets import QAItem
 from targ_mlx.eval.metrics import contains, score_all
 from targ_mlx.records import Answer, Latency, TokenCounts
@@ -169,15 +170,21 @@ def fill_scores(records: Sequence[dict], model: str, beta: float, search_changed
     return changed
 
 
-def _context_part(bb: Backbone, items: Sequence[QAItem], found: Sequence[Sequence], s: EvalSettings,
+def _context_part(bb: Backbone, retriever, items: Sequence[QAItem], found: Sequence[Sequence], s: EvalSettings,
                   cost: dict, drafts: Sequence[Sequence[int]]) -> tuple[list[dict], list[float | None]]:
     """Everything that depends on the corpus: the packed top-K passages, the Always answer from
     B(q)+C, whether an answer string is in the retrieved passages (hit@K), whether the packed
     context says what the k-token draft says (`confirms`, per k scored), and CRAG-lite's grade
-    of the context. The draft, the samples, the Never answer and the other probes do not."""
+    of the context. The draft, the samples, the Never answer and the other probes do not.
+    With `draft_route` the question is searched again with its k-token draft as one more route
+    (the runner's `pipeline.search_forms`); `found` is then the question's own search, unused."""
     tok = bb.tokenizer
     qs = [it.question.strip() for it in items]
     t0 = time.perf_counter()
+    if s.answer.draft_route > 0:
+        said = [pipeline.answer_text(bb, d[: s.answer.k], s.answer.k)[0] for d in drafts]
+        found = [pipeline.search_forms(retriever, [SearchForm(q)], s.answer, d if pipeline.routes_draft(s.answer, d) else "")
+                 for q, d in zip(qs, said)]
     packed = [pipeline.pack_found(bb, q, hits, s.answer) for q, hits in zip(qs, found)]
     cost["retrieval"] = cost.get("retrieval", 0.0) + time.perf_counter() - t0
 
@@ -262,7 +269,7 @@ def record_batch(bb: Backbone, retriever, items: Sequence[QAItem], s: EvalSettin
                                         s.answer.temperature, seed=sample_seed(s.answer.seed, batch_no))
     cost["draft"] = time.perf_counter() - t0
 
-    always, p_rel = _context_part(bb, items, found, s, cost, greedy.tokens)
+    always, p_rel = _context_part(bb, retriever, items, found, s, cost, greedy.tokens)
 
     never_text = [pipeline.answer_text(bb, g, s.answer.max_tokens) for g in greedy.tokens]
     probe_vals: list[dict] = [{} for _ in items]
@@ -292,13 +299,13 @@ def record_batch(bb: Backbone, retriever, items: Sequence[QAItem], s: EvalSettin
     return out
 
 
-def rerecord_batch(bb: Backbone, items: Sequence[QAItem], base: Sequence[dict], s: EvalSettings,
+def rerecord_batch(bb: Backbone, retriever, items: Sequence[QAItem], base: Sequence[dict], s: EvalSettings,
                    found: Sequence[Sequence]) -> list[dict]:
     """The same questions over another corpus: `base` records (same model and settings, another
     index) keep their draft, samples, Never answer and corpus-free probes; only the retrieval, the
     Always answer, hit@K and CRAG-lite's grade are computed again, so it costs those stages only."""
     cost: dict = {}
-    always, p_rel = _context_part(bb, items, found, s, cost, [r["draft"] for r in base])
+    always, p_rel = _context_part(bb, retriever, items, found, s, cost, [r["draft"] for r in base])
     share = {"retrieval": cost["retrieval"] / len(items), "always": cost["always"] / len(items)}
     out = [over_corpus(r, a, pr, share) for r, a, pr in zip(base, always, p_rel)]
     fill_scores(out, bb.model_id, s.answer.beta, search_changed=True)  # the new corpus's search

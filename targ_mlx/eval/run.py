@@ -118,7 +118,7 @@ def run_records(bb, retriever, items: Sequence[QAItem], s: EvalSettings, out_dir
         again = [it for it in chunk if it.id in reuse]
         recs = record_batch(bb, retriever, fresh, s, batch_no=b, found=[hits[it.id] for it in fresh]) if fresh else []
         if again:
-            rows = rerecord_batch(bb, again, [reuse[it.id] for it in again], s, [hits[it.id] for it in again])
+            rows = rerecord_batch(bb, retriever, again, [reuse[it.id] for it in again], s, [hits[it.id] for it in again])
             recs += [QuestionRecord(**r) for r in rows]
         order = {it.id: i for i, it in enumerate(chunk)}
         recs.sort(key=lambda r: order[r.id])
