@@ -32,10 +32,9 @@ import sqlite3
 import sys
 from pathlib import Path
 
-from targ_mlx import pipeline, prompts
-from targ_mlx.eval.record import fill_scores, over_corpus
+from targ_mlx import pipeline
+from targ_mlx.eval.record import fill_scores, over_corpus, recorded_context
 from targ_mlx.eval.run import corpus_free_source, read_jsonl, write_jsonl
-from targ_mlx.retrieval import Passage
 from targ_mlx.runtime import gguf
 from targ_mlx.runtime.model_spec import ALIASES, alias_path
 from targ_mlx.runtime.tokenizer import tokenizer_from_gguf
@@ -43,19 +42,15 @@ from targ_mlx.runtime.tokenizer import tokenizer_from_gguf
 
 def set_context_signals(records: list[dict], db: sqlite3.Connection, tok, budget: int, where: Path) -> int:
     added = 0
+    lookup = lambda key: db.execute("SELECT title, text FROM passages WHERE key = ?", (key,)).fetchone()  # noqa: E731
     for r in records:
         a = r["always"]
-        hits = []
-        for key, *_ in a["passages"]:
-            row = db.execute("SELECT title, text FROM passages WHERE key = ?", (key,)).fetchone()
-            if row is None:
-                raise SystemExit(f"{where}: record {r['id']} read passage {key}, which this index lacks; "
-                                 "pass the --index the records were made with")
-            hits.append(Passage(key, row[0], row[1], 0.0))
-        packed = prompts.pack_context(hits, budget, tok.encode, tok.decode)
-        if [p.key for p in packed.passages] != [p[0] for p in a["passages"]]:
-            raise SystemExit(f"{where}: record {r['id']}'s passages do not pack to the recorded ones at "
-                             f"{budget} tokens; pass the model the records were made with")
+        try:
+            packed = recorded_context(r, lookup, tok, budget)
+        except LookupError as e:
+            raise SystemExit(f"{where}: {e}; pass the --index the records were made with") from None
+        except ValueError as e:
+            raise SystemExit(f"{where}: {e}; pass the model the records were made with") from None
         ks = [int(k) for k in r["scores"].get("margin") or {}]
         a["confirms"] = {str(k): int(pipeline.confirms(tok, r["draft"][:k], packed.text, r["question"].strip()))
                          for k in ks}

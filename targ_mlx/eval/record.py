@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
-from targ_mlx import gates, pipeline, reader
+from targ_mlx import gates, pipeline, prompts, reader
 from targ_mlx.runtime import batch
 from targ_mlx.runtime.backbone import Backbone
 from targ_mlx.gates import SCORED_GATES
@@ -23,6 +23,7 @@ from targ_mlx.conversation import SearchForm
 from targ_mlx.eval.datasets import QAItem
 from targ_mlx.eval.metrics import contains, score_all
 from targ_mlx.records import Answer, Latency, TokenCounts
+from targ_mlx.retrieval import Passage
 from targ_mlx.settings import Settings, flag_fields
 
 # Where the eval's protocol departs from the assistant's defaults (targ_mlx.defaults), and why:
@@ -329,6 +330,24 @@ def corpus_free_diff(theirs: dict, ours: dict) -> list[str]:
     if theirs.get("model") not in (None, ours.get("model")):
         diff.insert(0, f"model={theirs.get('model')!r} (here {ours.get('model')!r})")
     return diff
+
+
+def recorded_context(rec: dict, lookup, tok, budget: int) -> prompts.PackedContext:
+    """The context a record's Always branch read, packed again from its index's passages by the
+    recorded keys (`lookup(key)`: (title, text), None for a key the index lacks) to `budget`
+    tokens: what an analysis re-reads or re-scores without searching. Raises LookupError for a
+    passage the index lacks (another index than the run's) and ValueError where the passages no
+    longer pack to the recorded ones (another tokenizer or budget than the run's)."""
+    hits = []
+    for key, *_ in rec["always"]["passages"]:
+        row = lookup(key)
+        if row is None:
+            raise LookupError(f"record {rec['id']} read passage {key}, which this index lacks")
+        hits.append(Passage(key, row[0], row[1], 0.0))
+    packed = prompts.pack_context(hits, budget, tok.encode, tok.decode)
+    if [p.key for p in packed.passages] != [p[0] for p in rec["always"]["passages"]]:
+        raise ValueError(f"record {rec['id']}'s passages do not pack to the recorded ones at {budget} tokens")
+    return packed
 
 
 def over_corpus(base: dict, always: dict, p_relevant: float | None, cost: dict) -> dict:
