@@ -8,7 +8,11 @@ the layout the cell recorded ("today": `prompts.messages`' "Context: ... Questio
   off-topic" before the question;
 - reversed: today's with the passages in reverse rank order (the best one next to the question);
 - today: the recorded layout again (it must give the recorded answers: the check that the
-  passages, prompt and model are the cell's).
+  passages, prompt and model are the cell's);
+- contrast: today's layout decoded context-aware (Shi et al. 2023, CAD): each greedy token maximises
+  (1 + a) log p(y | context, q) - a log p(y | q), the closed-book prompt run beside it as a second
+  row, among the tokens whose p(y | context, q) is at least b times the best one's (`--alpha`,
+  `--beta`): the model's prior is subtracted where the passage says otherwise.
 
 The passages come from the index's passages.db by the records' keys, packed again to the cell's
 token budget (a record that no longer packs to its recorded passages stops the run). Answers are
@@ -35,13 +39,13 @@ import numpy as np  # noqa: E402
 
 from targ_mlx import pipeline, prompts  # noqa: E402
 from targ_mlx.eval.metrics import bootstrap_ci, score_all  # noqa: E402
+from targ_mlx.eval.record import recorded_context  # noqa: E402
 from targ_mlx.matching import contains  # noqa: E402
-from targ_mlx.retrieval import Passage  # noqa: E402
 from targ_mlx.runtime import batch  # noqa: E402
 from targ_mlx.runtime.backbone import load_backbone  # noqa: E402
 
 OFF_TOPIC = "Answer the question from the passage that is about it; other passages may be off-topic."
-LAYOUTS = ("today", "sandwich", "instructed", "reversed")
+LAYOUTS = ("today", "sandwich", "instructed", "reversed", "contrast")
 
 
 def user_turn(question: str, lines: list[str], layout: str) -> str:
@@ -59,6 +63,36 @@ def chat(question: str, packed: prompts.PackedContext, layout: str, style: str) 
     return msgs[:-1] + [{"role": "user", "content": user_turn(question, [p.format() for p in packed.passages], layout)}]
 
 
+def contrast_batch(bb, with_ctx: list[list[int]], closed: list[list[int]], cap: int, alpha: float,
+                   beta: float) -> list[list[int]]:
+    """Greedy context-aware decoding of B questions: rows 0..B-1 read the context, rows B..2B-1 the
+    closed-book prompt; both rows of a question are fed the token chosen from their contrast. The
+    two prompts are prefilled apart (padding the short one to the long one's width would double
+    the prefill)."""
+    import mlx.core as mx
+    b = len(with_ctx)
+    ctx_logits, ctx_cache = batch.prefill_batch(bb, with_ctx)
+    cb_logits, cb_cache = batch.prefill_batch(bb, closed)
+    eos = bb.tokenizer.eos_ids
+    out: list[list[int]] = [[] for _ in range(b)]
+    done = [False] * b
+    for t in range(cap):
+        ctx = ctx_logits - mx.logsumexp(ctx_logits, axis=-1, keepdims=True)
+        cb = cb_logits - mx.logsumexp(cb_logits, axis=-1, keepdims=True)
+        score = (1 + alpha) * ctx - alpha * cb
+        plausible = ctx >= (mx.max(ctx, axis=-1, keepdims=True) + float(np.log(beta)))
+        y = mx.argmax(mx.where(plausible, score, -mx.inf), axis=-1).astype(mx.int32)
+        ys = y.tolist()
+        for i, tok in enumerate(ys):
+            if not done[i]:
+                out[i].append(tok)
+                done[i] = tok in eos
+        if all(done):
+            break
+        ctx_logits, cb_logits = bb.step(y, ctx_cache), bb.step(y, cb_cache)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("cell", type=Path, help="an eval cell folder (records.jsonl, config.json)")
@@ -67,45 +101,54 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layouts", nargs="+", choices=LAYOUTS, default=list(LAYOUTS[1:]))
     ap.add_argument("--out", type=Path, default=Path("runs/reading_layout"))
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--all", action="store_true", help="every question in the cell's order, not only read-hit ones")
+    ap.add_argument("--alpha", type=float, default=0.5, help="contrast: the closed-book prior's weight")
+    ap.add_argument("--beta", type=float, default=0.1, help="contrast: tokens below this share of the best are not chosen")
     args = ap.parse_args(argv)
     cfg = json.loads((args.cell / "config.json").read_text())
     budget, cap, style = int(cfg["settings"]["context_tokens"]), int(cfg["settings"]["max_tokens"]), cfg["settings"]["prompt_style"]
     bb = load_backbone(cfg["model"])
     tok = bb.tokenizer
     db = sqlite3.connect(f"file:{args.index / 'passages.db'}?mode=ro", uri=True)
+    lookup = lambda key: db.execute("SELECT title, text FROM passages WHERE key = ?", (key,)).fetchone()  # noqa: E731
     picked = []
     for line in open(args.cell / "records.jsonl", encoding="utf-8"):
         r = json.loads(line)
-        hits = [Passage(k, *db.execute("SELECT title, text FROM passages WHERE key = ?", (k,)).fetchone(), 0.0)
-                for k, *_ in r["always"]["passages"]]
-        packed = prompts.pack_context(hits, budget, tok.encode, tok.decode)
-        if [p.key for p in packed.passages] != [p[0] for p in r["always"]["passages"]]:
-            sys.exit(f"{r['id']}: its passages no longer pack to the recorded ones at {budget} tokens")
-        if contains(packed.text, r["answers"]):
+        try:
+            packed = recorded_context(r, lookup, tok, budget)
+        except (LookupError, ValueError) as e:
+            sys.exit(f"{args.cell}: {e}; pass the --index the cell was recorded over")
+        if args.all or contains(packed.text, r["answers"]):
             picked.append((r, packed))
         if len(picked) == args.n:
             break
     args.out.mkdir(parents=True, exist_ok=True)
     result = {"date": str(date.today()), "cell": str(args.cell), "model": cfg["model"], "n": len(picked), "layouts": {}}
     for layout in args.layouts:
-        path = args.out / f"{args.cell.parent.name}-{args.cell.name}-{layout}.jsonl"
+        tag = f"{layout}-a{args.alpha:g}-b{args.beta:g}" if layout == "contrast" else layout
+        path = args.out / f"{args.cell.parent.name}-{args.cell.name}-{tag}{'-all' if args.all else ''}.jsonl"
         done = {json.loads(x)["id"] for x in open(path)} if path.exists() else set()
         todo = [(r, p) for r, p in picked if r["id"] not in done]
         for i in range(0, len(todo), 8):
             part = todo[i: i + 8]
-            dec = batch.greedy_batch(bb, [tok.chat_ids(chat(r["question"].strip(), p, layout, style)) for r, p in part], cap)
+            seqs = [tok.chat_ids(chat(r["question"].strip(), p, layout, style)) for r, p in part]
+            if layout == "contrast":
+                closed = [tok.chat_ids(prompts.messages(r["question"].strip(), None, style)) for r, _ in part]
+                decoded = contrast_batch(bb, seqs, closed, cap, args.alpha, args.beta)
+            else:
+                decoded = batch.greedy_batch(bb, seqs, cap).tokens
             with open(path, "a", encoding="utf-8") as f:
-                for (r, _), toks in zip(part, dec.tokens):
+                for (r, _), toks in zip(part, decoded):
                     ans, _ = pipeline.answer_text(bb, toks, cap)
                     f.write(json.dumps({"id": r["id"], "answer": ans, "acc": score_all(ans, r["answers"])["acc"],
                                         "recorded": r["always"]["answer"], "recorded_acc": r["always"]["acc"]}) + "\n")
         rows = [json.loads(x) for x in open(path)]
         est, lo, hi = bootstrap_ci(np.array([x["acc"] - x["recorded_acc"] for x in rows]), n=2000)
-        result["layouts"][layout] = {"n": len(rows), "right": round(float(np.mean([x["acc"] for x in rows])), 4),
+        result["layouts"][tag] = {"n": len(rows), "right": round(float(np.mean([x["acc"] for x in rows])), 4),
                                      "recorded_right": round(float(np.mean([x["recorded_acc"] for x in rows])), 4),
                                      "minus_recorded": [round(est, 4), round(lo, 4), round(hi, 4)],
                                      "same_answer": sum(x["answer"] == x["recorded"] for x in rows)}
-        print(layout, json.dumps(result["layouts"][layout]), flush=True)
+        print(tag, json.dumps(result["layouts"][tag]), flush=True)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
     return 0
