@@ -56,6 +56,31 @@ def test_rescoring_against_another_index_names_the_fix(backbone, small_index_dir
     assert read_jsonl(run / "records.jsonl")[0] == row  # nothing written
 
 
+def test_a_record_packed_again_is_what_it_read_and_another_budget_is_refused(backbone, small_index_dir,
+                                                                             small_index_questions):
+    """`recorded_context`: the recorded keys packed again give the text the Always branch read (its
+    text, read-hit, token count and the selection's support over it); at a budget that cuts them otherwise it says so instead of
+    re-reading a context the run never read."""
+    from targ_mlx import pipeline
+    from targ_mlx.eval.record import recorded_context
+    from targ_mlx.matching import contains
+
+    s = EvalSettings(eval_answer(max_tokens=12), k_max=8, ks=(8,), baselines=False)
+    items = [QAItem(q["id"], q["question"], tuple(q["answers"])) for q in small_index_questions[:4]]
+    retriever = open_retriever(small_index_dir)
+    lookup = lambda key: retriever.passages([key]).get(key)  # noqa: E731
+    for rec in (r.to_dict() for r in record_batch(backbone, retriever, items, s)):
+        packed = recorded_context(rec, lookup, backbone.tokenizer, s.answer.context_tokens)
+        assert packed.reading.tokens == rec["always"]["tok_ctx"]
+        assert contains(packed.reading.text, rec["answers"]) == rec["always"]["read_hit"]
+        assert round(pipeline.support_of(rec["question"].strip(), packed), 4) == rec["always"]["support"]
+        q = rec["question"].strip()  # and the very text the record pass packed from its search
+        assert packed.text == pipeline.pack_found(backbone, q, retriever.search(q, pipeline.search_depth(s.answer)),
+                                                  s.answer).text
+        with pytest.raises(ValueError, match="do not pack to the recorded ones at 64 tokens"):
+            recorded_context(rec, lookup, backbone.tokenizer, 64)
+
+
 def _run(folder: Path, s: EvalSettings, records: list[dict]) -> Path:
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({"model": "smollm2-135m", "settings": s.to_dict()}), encoding="utf-8")
