@@ -60,7 +60,8 @@ def ask(args: argparse.Namespace) -> int:
         print(f"  {BIGGER_INDEX_HINT}", file=sys.stderr)
     u = "-" if ans.score is None else f"{ans.score:.3f}"
     op = ">" if ans.retrieved else "<="
-    where = f"read {len(ans.passages)} passages" if ans.retrieved else "answered from memory"
+    where = ("answered from memory" if not ans.retrieved else f"read {len(ans.passages)} passages" if ans.passages
+             else "read, answered from memory")  # nothing read held the answer given (`--read each`, a kept draft)
     lat = ans.latency
     tau_s = f"{ans.tau:.3f}" if ans.gate in SCORED_GATES else "-"
     # what the stages do not account for: opening (on first use, building) the index and its encoder

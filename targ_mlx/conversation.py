@@ -37,6 +37,14 @@ REWRITE_EXAMPLE = ((("what is throat cancer?", ""),), "is it treatable?", "is th
 # treatable?"), and openers of an elliptical follow-up ("what about the oldest?").
 REFERRING = frozenset("he him his himself she her hers herself it its itself they them their theirs themselves "
                       "this that these those there such".split())
+# Words that can only stand for a person: after "who painted the mona lisa?" answered with a name,
+# "when was *he* born?" means the name, not anything the earlier question said (`names_the_answer`).
+PERSONAL = frozenset("he him his himself she her hers herself".split())
+# An answer is taken for a name when what it says beyond its question is at most NAME_WORDS words,
+# each capitalised where the answer says it or a name particle ("Leonardo da Vinci"); a
+# description ("an Irish pirate operating in the Caribbean") is about a subject the question named.
+NAME_WORDS = 4
+NAME_PARTICLES = frozenset("da de di del della der van von la le du dos das bin ibn al el y st".split())
 ELLIPTIC_OPENERS = ("what about", "how about", "and ", "tell me more", "what else", "anything else", "why not",
                     "more about", "also ")
 # Words that say nothing of a topic on their own: a question left with at most SHORT_CONTENT_WORDS
@@ -80,6 +88,25 @@ def dependence(question: str) -> float:
         return 1.0
     content = [w for w in words if w not in _GENERIC]
     return 0.5 if len(content) <= SHORT_CONTENT_WORDS else 0.0
+
+
+def names_the_answer(question: str, history: Sequence[Turn]) -> bool:
+    """Whether a personal pronoun in `question` stands for the previous answer: the previous question
+    asked who (not "who was anne bonny?", answered with a description of the person it names) and
+    was answered with a name read from or confirmed by a source. Then the earlier question's own
+    words ("the mona lisa") name the wrong subject for the follow-up's search."""
+    if not history or not history[-1].grounded:
+        return False
+    words = set(re.findall(r"[a-z']+", question.lower()))
+    asked = history[-1].question.lower().strip()
+    return bool(words & PERSONAL) and re.match(r"(who|whom|whose)\b", asked) is not None and is_name(history[-1])
+
+
+def is_name(turn: Turn) -> bool:
+    """Whether what `turn`'s answer says beyond its question is a name (see NAME_WORDS)."""
+    said = answer_words(turn, None).split()
+    capital = {w.lower() for w in re.findall(r"\b[A-Z][\w'-]*", turn.answer)}
+    return 0 < len(said) <= NAME_WORDS and all(w in capital or w in NAME_PARTICLES for w in said)
 
 
 def _weight(pair: tuple[float, float], d: float) -> float:
@@ -199,7 +226,14 @@ def model_rewrite(backbone, question: str, history: Sequence[Turn], max_tokens: 
 def fused_forms(question: str, history: Sequence[Turn], asked: tuple[float, float] = ASKED_WEIGHT,
                 context: tuple[float, float] = CONTEXT_WEIGHT) -> list[SearchForm]:
     """The default way: the question as asked, the questions form and (after an answer read from or
-    confirmed by a source) the answer form, weighted at `dependence(question)` between each pair's (independent, dependent) values."""
+    confirmed by a source) the answer form, weighted at `dependence(question)` between each pair's
+    (independent, dependent) values; where a personal pronoun stands for the name answered
+    (`names_the_answer`), the answer form alone."""
+    if names_the_answer(question, history):
+        # the name answered is what the pronoun stands for: the answer form is the standalone
+        # question, and the earlier question's words (the Mona Lisa, painters beside it) or the
+        # bare "when was he born?" only pull other subjects up the fused ranking
+        return [SearchForm(answer_query(question, history))]
     d = dependence(question)
     w = _weight(context, d)
     forms = [SearchForm(question, _weight(asked, d)), SearchForm(questions_query(question, history), w)]

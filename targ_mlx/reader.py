@@ -139,12 +139,23 @@ def duplicate_share(passages: Sequence[Passage]) -> float:
 
 # --- the choice ------------------------------------------------------------------------------
 
-_NUMBER_QUESTION = re.compile(r"^\s*(when|what year|which year|in what year|in which year|what date|how many|"
-                              r"how much|how old|how long|how far|how tall|how high|how big)\b", re.I)
+_WHEN_QUESTION = re.compile(r"^\s*(when|what year|which year|in what year|in which year|what date|on what date)\b", re.I)
+_COUNT_QUESTION = re.compile(r"^\s*(how many|how much|how old|how long|how far|how tall|how high|how big)\b", re.I)
+# What a time looks like: a year (3-4 digits, or any with BC / AD), a month, a century.
+_MONTHS = "january february march april may june july august september october november december"
+_TIME = re.compile(r"\b(\d{3,4}s?|\d+\s*(bc|bce|ad|ce)|\d+(st|nd|rd|th)\s+century|" + "|".join(_MONTHS.split()) + r")\b",
+                   re.I)
+_COUNT = re.compile(r"\d|\b(one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|thirty|forty|fifty|"
+                    r"hundred|thousand|million|billion|dozen|none|zero|once|twice)\b", re.I)
 
 
-def wants_number(question: str) -> bool:
-    return bool(_NUMBER_QUESTION.match(question))
+def fits_form(question: str, answer: str) -> bool:
+    """Whether `answer`'s form fits what `question` asks: a time (a year, a month, a century) where
+    it asks when, a number where it asks how many or how much; any answer otherwise. "his 30s"
+    says no year."""
+    if _WHEN_QUESTION.match(question):
+        return bool(_TIME.search(answer))
+    return not _COUNT_QUESTION.match(question) or bool(_COUNT.search(answer))
 
 
 def claim(answer: str, question: str) -> set[str]:
@@ -195,7 +206,7 @@ def support(question: str, answer: str, passages: Sequence[Passage], logprob: fl
             by_rank[r] = max(by_rank.get(r, 0.0), h)
             best = max(best, h * (len(asked & ts) / len(asked) if asked else 0.0))
     most = sum(1.0 / (1 + r) for r in range(len(passages))) or 1.0
-    typed = 1.0 if not wants_number(question) or any(ch.isdigit() for ch in answer) else 0.0
+    typed = 1.0 if fits_form(question, answer) else 0.0
     return Support(best, sum(h / (1 + r) for r, h in by_rank.items()) / most,
                    math.exp(max(logprob, -20.0)) if said else 0.0, typed)
 

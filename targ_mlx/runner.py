@@ -287,6 +287,10 @@ def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] |
             st.lat["prefill"] += timing["prefill"]
             st.lat["decode"] += timing["decode"]
 
+    kept = None  # the draft kept over a read answer of the wrong form
+    if read and d is not None and not prefix and (kept := _kept_draft(bb, q, d, st)) is not None:
+        final_ids, choice = base_ids, None
+        yield kept[1]
     text, n_out = pipeline.answer_text(bb, st.out, s.max_tokens)
     out = st.out[: s.max_tokens]
     eos = bb.tokenizer.eos_ids
@@ -296,11 +300,12 @@ def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] |
         question=q, answer=text, model=bb.model_id, gate=s.gate, tau=s.tau, score=decision.signal,
         retrieved=read, note=unavailable if (decision.retrieve or SEARCH in g.needs) and unavailable else "",
         k=s.k, beta=s.beta, n_samples=s.n_samples if SAMPLES in g.needs else 0, temperature=s.temperature,
-        scores=scores, passages=(_refs(packed.reading, True, choice.cited if choice else None)
+        scores=scores, passages=(_refs(packed.reading, True, () if kept else choice.cited if choice else None)
                                  if read and packed is not None else ()),
         found=_refs(packed, False) if packed is not None else (), searched=packed is not None,
         reason=(decision.reason if not (rechecked_at and read) else f"re-check at token {rechecked_at} → read")
-        + (_depth_why(packed, s) if read and packed is not None else "") + (_choice_why(choice) if choice else ""),
+        + (_depth_why(packed, s) if read and packed is not None else "") + (_choice_why(choice) if choice else "")
+        + (kept[0] if kept else ""),
         no_source=decision.no_source, confirmed=sig.confirmed, support=sig.support,
         tokens=TokenCounts(prompt=len(base_ids), draft=len(d.tokens) if d else 0,
                            context=packed.reading.tokens if read and packed is not None else 0, output=n_out,
@@ -309,6 +314,23 @@ def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] |
         rechecked_at=rechecked_at, search_query=searched, history_turns=len(turns),
         calibration=s.calibration_label if g.name == "evidence" else "",
     ), tuple(final_ids), tuple(t for t in out if t not in eos))
+
+
+def _kept_draft(bb: Backbone, q: str, d: Draft, st: _Run) -> tuple[str, Text] | None:
+    """Reading must not turn an answer of the asked form into one of another: where the question
+    asks when or how many (`reader.fits_form`), the read answer gives no number and the finished
+    draft does ("1452" for "when was he born?" against a passage's "born in the Republic of
+    Florence"), the draft is the answer and nothing read is cited. Returns (why, the draft's Text)
+    after setting it as the answer, or None."""
+    if not d.ended:
+        return None
+    said, _ = pipeline.answer_text(bb, d.tokens, len(d.tokens))
+    read_text, _ = pipeline.answer_text(bb, st.out, len(st.out))
+    if reader.fits_form(q, read_text) or not reader.fits_form(q, said):
+        return None
+    shown = _texts_of(bb, st, d.tokens)
+    why = f"; the read answer {read_text!r} gives no number for what the question asks, kept the draft {said!r}"
+    return why, shown or Text(said)
 
 
 def _searches_beside(bb: Backbone, s: Settings, turns: Sequence) -> bool:

@@ -145,5 +145,7 @@ def test_follow_up_searches_a_standalone_query(assistant_factory, small_index_di
     first = a.answer(MONA_LISA[0][0])
     assert first.search_query == first.question and first.history_turns == 0
     follow = a.answer("when was he born?", history=MONA_LISA)
-    assert follow.retrieved and "mona lisa" in follow.search_query.lower()
-    assert follow.search_query.endswith("when was he born?")
+    # "he" stands for the name answered: the standalone query carries it (`conversation.names_the_answer`)
+    assert follow.retrieved and follow.search_query.lower() == "leonardo da vinci when was he born?"
+    where = a.answer("where is it kept?", history=MONA_LISA)  # "it" is the earlier question's subject
+    assert "mona lisa" in where.search_query.lower() and where.search_query.endswith("where is it kept?")

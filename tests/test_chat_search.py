@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from targ_mlx.conversation import Turn, dependence, search_forms
+from targ_mlx.conversation import Turn, dependence, fused_forms, names_the_answer, search_forms
 
 NAMED = ["Mona Lisa", "Leonardo da Vinci", "South Pole", "History of Antarctica", "Robert Falcon Scott",
          "Roald Amundsen", "Sandro Botticelli", "The Birth of Venus", "Giotto", "Raphael", "Masaccio",
@@ -53,6 +53,29 @@ def test_a_follow_up_still_finds_who_it_is_about(assistant_factory, chat_index):
     assert "Leonardo da Vinci" in top_titles(follow), top_titles(follow)
 
 
+def test_a_pronoun_standing_for_the_name_answered_finds_that_person_first(assistant_factory, chat_index):
+    """"he" after "who painted the mona lisa?" is the painter: the earlier question's own words (the
+    Mona Lisa, painters beside it) must not outrank him."""
+    a = assistant_factory(retriever=chat_index, gate="always", max_tokens=1)
+    for answer in ("Leonardo da Vinci", "Leonardo da Vinci painted the Mona Lisa."):
+        follow = a.answer("when was he born?", history=[("who painted the mona lisa", answer)])
+        assert top_titles(follow, 1) == ["Leonardo da Vinci"], top_titles(follow)
+
+
+def test_a_pronoun_stands_for_the_answer_only_after_who_and_a_name_from_a_source():
+    painted = [Turn("who painted the mona lisa", "Leonardo da Vinci")]
+    assert names_the_answer("when was he born?", painted)
+    assert [f.query for f in fused_forms("when was he born?", painted)] == ["leonardo da vinci when was he born?"]
+    # the person was named in the question and described in the answer: "she" is the question's subject
+    assert not names_the_answer("what was she famous for?",
+                                [Turn("who was anne bonny?", "Anne Bonny was an Irish pirate operating in the Caribbean.")])
+    assert not names_the_answer("what is it about?", [Turn("who wrote hamlet", "William Shakespeare")])  # not a person
+    assert not names_the_answer("when was he born?", [Turn("who painted the mona lisa", "Leonardo da Vinci", False)])
+    assert not names_the_answer("when was he born?", [Turn("what is the mona lisa", "A portrait")])
+    unsourced = fused_forms("when was he born?", [Turn("who painted the mona lisa", "Leonardo da Vinci", False)])
+    assert len(unsourced) == 2  # an answer from memory alone is not searched with
+
+
 def test_dependence_reads_pronouns_ellipsis_and_bare_fragments():
     assert dependence("when was he born?") == 1.0
     assert dependence("Is it treatable?") == 1.0
@@ -62,12 +85,13 @@ def test_dependence_reads_pronouns_ellipsis_and_bare_fragments():
     assert dependence("Who wrote the origin of species") == 0.0
 
 
-def test_the_question_as_asked_is_always_searched_and_weighted_by_dependence():
+def test_the_question_as_asked_is_searched_and_weighted_by_dependence():
+    """Unless a pronoun stands for the name answered (above), the question as asked is one form."""
     history = [Turn(*MONA_LISA[0])]
     new, follow = search_forms("who was the first person to reach the south pole", history), \
-        search_forms("when was he born?", history)
+        search_forms("where is it kept?", history)
     assert new[0].query == "who was the first person to reach the south pole"
-    assert follow[0].query == "when was he born?"
+    assert follow[0].query == "where is it kept?"
     # a new topic leads with itself; a follow-up leads with the forms built from the earlier turns
     assert new[0].weight > max(f.weight for f in new[1:])
     assert follow[0].weight < min(f.weight for f in follow[1:])

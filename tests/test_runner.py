@@ -193,3 +193,30 @@ def test_on_the_cpu_the_search_runs_after_the_draft(backbone, small_index_dir, s
     watched = _Watched(open_retriever(small_index_dir))
     ans = runner.run(backbone, watched, small_index_questions[0]["question"], Settings(gate="evidence", max_tokens=8))
     assert [t for t, _, _ in watched.calls] == [threading.main_thread().name] and ans.latency.overlap == 0
+
+
+# "when" questions over the small index; SmolLM2's short-prompt reading of the first gives no year
+# while its finished draft does (seen on Zen 4); the others keep what was read
+WHEN = ["when did toyota start making cars in the us", "when did united states enter world war i",
+        "when was the first documented case of tool mark identification"]
+
+
+def test_a_read_answer_that_says_no_time_gives_way_to_a_finished_draft_that_does(assistant_factory, small_index_dir):
+    from targ_mlx.reader import fits_form
+
+    r = open_retriever(small_index_dir)
+    kept = 0
+    for q in WHEN:
+        kw = dict(prompt_style="short", max_tokens=32)
+        read = assistant_factory(r, gate="always", **kw).answer(q)  # the same passages, the same prompt
+        memory = assistant_factory(r, gate="never", **kw).answer(q)  # the draft, continued
+        ans = assistant_factory(r, gate="evidence", tau=-1e9, **kw).answer(q)  # drafts, then always reads
+        assert ans.retrieved and [p.key for p in ans.found] == [p.key for p in read.found]
+        if memory.tokens.output < ans.k and fits_form(q, memory.answer) and not fits_form(q, read.answer):
+            kept += 1
+            assert ans.answer == memory.answer and ans.passages == () and "kept the draft" in ans.reason
+            assert ans.finish_reason == "stop"
+        else:
+            assert ans.answer == read.answer and "kept the draft" not in ans.reason
+            assert ans.passages
+    assert kept, "no question here had a read answer without a time and a finished draft with one"

@@ -64,7 +64,8 @@ class DecisionPanel(Static):
         t.add_row("U vs τ", Text(f"{fmt(d.u)} {op} {fmt(d.tau)}") if d.tau is not None and d.u is not None
                   else Text(f"U {fmt(d.u)}" + (f" · τ {fmt(d.tau)}" if d.tau is not None else "")))
         t.add_row("", gauge(d.u, d.tau))
-        verdict = (Text(f"read {len(d.passages)} passages", style="bold red") if d.retrieved
+        verdict = (Text(f"read {len(d.passages)} passages", style="bold red") if d.retrieved and d.passages
+                   else Text("read, answered from memory", style="bold red") if d.retrieved  # nothing read held it
                    else Text(f"no retrieval: {d.note}", style="bold yellow") if d.note
                    else Text("answered from memory" + (" (searched)" if d.found else ""), style="bold green"))
         t.add_row("decision", verdict)
