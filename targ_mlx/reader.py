@@ -158,11 +158,23 @@ def fits_form(question: str, answer: str) -> bool:
     return not _COUNT_QUESTION.match(question) or bool(_COUNT.search(answer))
 
 
+def options(question: str) -> set[str]:
+    """The words of the alternatives a question offers ("who sold the most records elvis or the
+    beatles": elvis, records, beatles): the words after its last "or" and as many before it."""
+    words = normalize(question).split()
+    if "or" not in words:
+        return set()
+    i = len(words) - 1 - words[::-1].index("or")
+    after = words[i + 1:]
+    return {w for w in words[max(0, i - len(after)):i] + after if w not in FUNCTION_WORDS}
+
+
 def claim(answer: str, question: str) -> set[str]:
     """The words an answer claims with: normalised, function words and the question's own words
     dropped. An answer that only restates the question ("San Jose" to "where do the sharks play
-    in san jose") claims nothing, so no sentence can support it."""
-    asked = set(normalize(question).split())
+    in san jose") claims nothing, so no sentence can support it; one that picks an alternative the
+    question offers ("The Beatles" to "... elvis or the beatles") claims that alternative."""
+    asked = set(normalize(question).split()) - options(question)
     return {w for w in normalize(answer).split() if w not in FUNCTION_WORDS and w not in asked}
 
 

@@ -130,6 +130,20 @@ def test_an_answer_that_restates_the_question_has_no_support():
     assert reader.claim("San Jose", q) == set()
 
 
+def test_an_answer_that_picks_an_alternative_the_question_offers_claims_it():
+    """The 1.5B read 3 passages for "who sold the most records elvis or the beatles" and answered
+    "The Beatles" 3 times; with the question's words dropped the answer claimed nothing and
+    "Elvis Presley" was chosen."""
+    q = "who sold the most records elvis or the beatles"
+    ps = [Passage(1, "Elvis Presley", "Elvis Presley was an American singer and actor, known as the King of Rock "
+                  "and Roll. He is one of the best-selling solo music artists in history.", 0.6),
+          Passage(2, "The Beatles", "The Beatles are the best-selling music act of all time, having sold the most "
+                  "records, with estimated sales of 600 million units worldwide.", 0.6)]
+    cands = [Candidate("Elvis Presley", -0.05, 0), Candidate("The Beatles", -0.1, 1), Candidate("The Beatles", -0.1, 2)]
+    assert reader.claim("The Beatles", q) == {"beatles"} and reader.claim("San Jose", "where is it san jose") == set()
+    assert choose(q, cands, ps, ps).answer.text == "The Beatles"
+
+
 def test_a_partial_name_votes_for_the_fuller_answer_that_contains_it():
     q = "who is regarded as the founder of psychoanalysis"
     ps = [Passage(1, "Psychoanalysis", "Psychoanalysis is a set of theories founded by the Austrian neurologist "
