@@ -160,7 +160,8 @@ def fits_form(question: str, answer: str) -> bool:
 
 def options(question: str) -> set[str]:
     """The words of the alternatives a question offers ("who sold the most records elvis or the
-    beatles": elvis, records, beatles): the words after its last "or" and as many before it."""
+    beatles": elvis, beatles): the words after its last "or" and as many before it, function words
+    dropped."""
     words = normalize(question).split()
     if "or" not in words:
         return set()

@@ -329,7 +329,7 @@ def _kept_draft(bb: Backbone, q: str, d: Draft, st: _Run) -> tuple[str, Text] | 
     if reader.fits_form(q, read_text) or not reader.fits_form(q, said):
         return None
     shown = _texts_of(bb, st, d.tokens)
-    why = f"; the read answer {read_text!r} gives no number for what the question asks, kept the draft {said!r}"
+    why = f"; the read answer {read_text!r} gives no time or number for what the question asks, kept the draft {said!r}"
     return why, shown or Text(said)
 
 
