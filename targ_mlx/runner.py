@@ -288,7 +288,7 @@ def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] |
             st.lat["decode"] += timing["decode"]
 
     kept = None  # the draft kept over a read answer of the wrong form
-    if read and d is not None and not prefix and (kept := _kept_draft(bb, q, d, st)) is not None:
+    if read and d is not None and not prefix and (kept := _kept_draft(bb, q, d, s, st, cancel)) is not None:
         final_ids, choice = base_ids, None
         yield kept[1]
     text, n_out = pipeline.answer_text(bb, st.out, s.max_tokens)
@@ -316,19 +316,22 @@ def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] |
     ), tuple(final_ids), tuple(t for t in out if t not in eos))
 
 
-def _kept_draft(bb: Backbone, q: str, d: Draft, st: _Run) -> tuple[str, Text] | None:
+def _kept_draft(bb: Backbone, q: str, d: Draft, s: Settings, st: _Run,
+                cancel: threading.Event | None) -> tuple[str, Text] | None:
     """Reading must not turn an answer of the asked form into one of another: where the question
-    asks when or how many (`reader.fits_form`), the read answer gives no number and the finished
+    asks when or how many (`reader.fits_form`), the read answer gives no time or number and the
     draft does ("1452" for "when was he born?" against a passage's "born in the Republic of
-    Florence"), the draft is the answer and nothing read is cited. Returns (why, the draft's Text)
-    after setting it as the answer, or None."""
-    if not d.ended:
-        return None
+    Florence"), the draft is the answer, continued from its own cache where it had not ended, and
+    nothing read is cited. Returns (why, the draft's Text) after setting it as the answer, or None."""
     said, _ = pipeline.answer_text(bb, d.tokens, len(d.tokens))
     read_text, _ = pipeline.answer_text(bb, st.out, len(st.out))
     if reader.fits_form(q, read_text) or not reader.fits_form(q, said):
         return None
-    shown = _texts_of(bb, st, d.tokens)
+    t0 = time.perf_counter()
+    tokens = list(d.tokens) + list(continue_tokens(bb, d, s.max_tokens - len(d.tokens), cancel))
+    st.lat["decode"] += time.perf_counter() - t0
+    shown = _texts_of(bb, st, tokens)
+    said, _ = pipeline.answer_text(bb, tokens, s.max_tokens)
     why = f"; the read answer {read_text!r} gives no time or number for what the question asks, kept the draft {said!r}"
     return why, shown or Text(said)
 

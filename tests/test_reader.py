@@ -151,3 +151,15 @@ def test_a_partial_name_votes_for_the_fuller_answer_that_contains_it():
     got = choose(q, [Candidate("Freud", -0.03, 0), Candidate("Freud", -0.004, 1), Candidate("Sigmund Freud", -0.008, 2)],
                  ps, ps)
     assert got.answer.text == "Sigmund Freud" and got.ranked[0][1].votes == 3 and len(got.ranked) == 1
+
+
+def test_the_form_a_when_or_how_many_question_asks_for():
+    from targ_mlx.reader import fits_form
+
+    when = "when was he born?"
+    assert fits_form(when, "1452") and fits_form(when, "15 April 1452") and fits_form(when, "in the 12th century")
+    assert fits_form("when did caesar die", "44 BC") and fits_form("when is it held", "every two to six years")
+    assert not fits_form(when, "He was born in the Republic of Florence but was active in Rome from his 30s onwards.")
+    assert fits_form("how many legs does a spider have", "eight") and not fits_form("how many legs", "a lot")
+    assert fits_form("how long did they get in prison", "life imprisonment")  # a duration need not be a number
+    assert fits_form("who painted the mona lisa", "Leonardo da Vinci")  # no form asked: anything fits
