@@ -177,8 +177,8 @@ def _context_part(bb: Backbone, retriever, items: Sequence[QAItem], found: Seque
     B(q)+C, whether an answer string is in the retrieved passages (hit@K), whether the packed
     context says what the k-token draft says (`confirms`, per k scored), and CRAG-lite's grade
     of the context. The draft, the samples, the Never answer and the other probes do not.
-    With `draft_route` the question is searched again with its k-token draft as one more route
-    (the runner's `pipeline.search_forms`); `found` is then the question's own search, unused."""
+    With `draft_route` the question is searched here, with its k-token draft as one more route
+    (the runner's `pipeline.search_forms`); `found` is then not searched (empty)."""
     tok = bb.tokenizer
     qs = [it.question.strip() for it in items]
     t0 = time.perf_counter()
@@ -259,10 +259,11 @@ def record_batch(bb: Backbone, retriever, items: Sequence[QAItem], s: EvalSettin
     tok = bb.tokenizer
     qs = [it.question.strip() for it in items]
     cost = dict(retrieval=0.0, draft=0.0, always=0.0, probes=0.0)
-    if found is None:
+    if found is None and s.answer.draft_route <= 0:  # with the draft route `_context_part` searches
         t0 = time.perf_counter()
         found = retriever.search_batch(qs, pipeline.search_depth(s.answer))
         cost["retrieval"] = time.perf_counter() - t0
+    found = found if found is not None else [[] for _ in items]
 
     t0 = time.perf_counter()
     base_ids = [pipeline.prompt_ids(bb, q, s.answer.prompt_style) for q in qs]

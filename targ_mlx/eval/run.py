@@ -106,9 +106,11 @@ def run_records(bb, retriever, items: Sequence[QAItem], s: EvalSettings, out_dir
         progress(sum(it.id in done for it in items), total)
     pending = [it for it in items if it.id not in done]
     # one search_batch for every pending question: the encoder is fastest on many short queries
+    # (with the draft as a route each batch searches question + draft itself, after its drafts)
     t0 = time.perf_counter()
+    routed = s.answer.draft_route > 0
     hits = dict(zip((it.id for it in pending), retriever.search_batch([it.question.strip() for it in pending], pipeline.search_depth(s.answer))
-                    if pending else []))
+                    if pending and not routed else [[] for _ in pending]))
     search_share = (time.perf_counter() - t0) / max(len(pending), 1)
     for b in range(math.ceil(total / batch_size)):
         chunk = [it for it in items[b * batch_size : (b + 1) * batch_size] if it.id not in done]
