@@ -41,8 +41,10 @@ REFERRING = frozenset("he him his himself she her hers herself it its itself the
 # "when was *he* born?" means the name, not anything the earlier question said (`names_the_answer`).
 PERSONAL = frozenset("he him his himself she her hers herself".split())
 # An answer is taken for a name when what it says beyond its question is at most NAME_WORDS words,
-# each capitalised where the answer says it or a name particle ("Leonardo da Vinci"); a
-# description ("an Irish pirate operating in the Caribbean") is about a subject the question named.
+# each capitalised where the answer says it or a name particle ("Leonardo da Vinci"), but for one
+# word beside two capitalised ones (the sentence's verb: "The Dead was led by Jerry Garcia." to
+# "who was the leader?"); a description ("an Irish pirate operating in the Caribbean") is about a
+# subject the question named.
 NAME_WORDS = 4
 NAME_PARTICLES = frozenset("da de di del della der van von la le du dos das bin ibn al el y st".split())
 ELLIPTIC_OPENERS = ("what about", "how about", "and ", "tell me more", "what else", "anything else", "why not",
@@ -106,7 +108,8 @@ def is_name(turn: Turn) -> bool:
     """Whether what `turn`'s answer says beyond its question is a name (see NAME_WORDS)."""
     said = answer_words(turn, None).split()
     capital = {w.lower() for w in re.findall(r"\b[A-Z][\w'-]*", turn.answer)}
-    return 0 < len(said) <= NAME_WORDS and all(w in capital or w in NAME_PARTICLES for w in said)
+    lower = [w for w in said if w not in capital and w not in NAME_PARTICLES]
+    return 0 < len(said) <= NAME_WORDS and (not lower or (len(lower) == 1 and len(said) - len(lower) >= 2))
 
 
 def _weight(pair: tuple[float, float], d: float) -> float:

@@ -69,6 +69,9 @@ def test_a_pronoun_stands_for_the_answer_only_after_who_and_a_name_from_a_source
     # the person was named in the question and described in the answer: "she" is the question's subject
     assert not names_the_answer("what was she famous for?",
                                 [Turn("who was anne bonny?", "Anne Bonny was an Irish pirate operating in the Caribbean.")])
+    # a sentence naming a person (CAsT: the manual rewrite is "How did Jerry Garcia lose his finger?")
+    assert names_the_answer("How did he lose his finger?", [Turn("Who was the leader?", "The Dead was led by Jerry Garcia.")])
+    assert not names_the_answer("what was she famous for?", [Turn("who was anne bonny?", "An Irish pirate")])
     assert not names_the_answer("what is it about?", [Turn("who wrote hamlet", "William Shakespeare")])  # not a person
     assert not names_the_answer("when was he born?", [Turn("who painted the mona lisa", "Leonardo da Vinci", False)])
     assert not names_the_answer("when was he born?", [Turn("what is the mona lisa", "A portrait")])
