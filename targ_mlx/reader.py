@@ -139,7 +139,8 @@ def duplicate_share(passages: Sequence[Passage]) -> float:
 
 # --- the choice ------------------------------------------------------------------------------
 
-_WHEN_QUESTION = re.compile(r"^\s*(when|what year|which year|in what year|in which year|what date|on what date)\b", re.I)
+_WHEN_QUESTION = re.compile(r"^\s*(when|what year|which year|in what year|in which year|what date|on what date)\b",
+                            re.I)
 # ("how long" is not here: "life imprisonment" answers it)
 _COUNT_QUESTION = re.compile(r"^\s*(how many|how much|how old|how far|how tall|how high|how big)\b", re.I)
 # What a time looks like: a year (3-4 digits, or any with BC / AD), a month, a century, a season or
@@ -147,8 +148,8 @@ _COUNT_QUESTION = re.compile(r"^\s*(how many|how much|how old|how far|how tall|h
 _TIME_WORDS = ("january february march april may june july august september october november december "
                "spring summer autumn fall winter morning afternoon evening night midnight noon "
                "every annually yearly monthly weekly daily")
-_TIME = re.compile(r"\b(\d{3,4}s?|\d+\s*(bc|bce|ad|ce)|\d+(st|nd|rd|th)\s+century|" + "|".join(_TIME_WORDS.split()) + r")\b",
-                   re.I)
+_TIME = re.compile(r"\b(\d{3,4}s?|\d+\s*(bc|bce|ad|ce)|\d+(st|nd|rd|th)\s+century|"
+                   + "|".join(_TIME_WORDS.split()) + r")\b", re.I)
 _COUNT = re.compile(r"\d|\b(one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|thirty|forty|fifty|"
                     r"hundred|thousand|million|billion|dozen|none|zero|once|twice)\b", re.I)
 

@@ -288,7 +288,8 @@ def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] |
             st.lat["decode"] += timing["decode"]
 
     kept = None  # the draft kept over a read answer of the wrong form
-    if read and d is not None and not prefix and (kept := _kept_draft(bb, q, d, s, st, cancel)) is not None:
+    stopped = cancel is not None and cancel.is_set()  # a cancelled answer stays as far as it got
+    if read and d is not None and not prefix and not stopped and (kept := _kept_draft(bb, q, d, s, st, cancel)):
         final_ids, choice = base_ids, None
         yield kept[1]
     text, n_out = pipeline.answer_text(bb, st.out, s.max_tokens)
