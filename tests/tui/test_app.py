@@ -292,3 +292,23 @@ def test_help():
     with pytest.raises(SystemExit) as e:
         main(["--help"])
     assert e.value.code == 0
+
+
+async def test_a_kept_draft_shows_as_read_and_answered_from_memory(backbone, retriever, log, tmp_path):
+    """SmolLM2 reads passages for "when did toyota start making cars in the us" that give it no year,
+    while its draft gives one (tests/test_runner.py): the panel says it read and answered from
+    memory, not "read 0 passages", and the sources panel cites nothing."""
+    import io
+
+    from rich.console import Console
+
+    app = chat_app(backbone, retriever, log, tmp_path, gate="evidence", tau=-1e9, k=20, max_tokens=32,
+                   prompt_style="short")
+    async with app.run_test(size=SIZE) as pilot:
+        await ask(app, pilot, "when did toyota start making cars in the us")
+        info = app.query_one(DecisionPanel).info
+        assert info.retrieved and info.passages == () and "kept the draft" in info.reason
+        shown = Console(width=100, record=True, file=io.StringIO())
+        shown.print(DecisionPanel.render_info(info))
+        assert "read, answered from memory" in shown.export_text() and "read 0 passages" not in shown.export_text()
+        assert app.query_one(SourcesPanel).passages == ()
