@@ -81,11 +81,16 @@ class SearchForm(NamedTuple):
     weight: float = 1.0
 
 
+def _words(question: str) -> list[str]:
+    """The question's words, lowercased, as the pronoun rules read them."""
+    return re.findall(r"[a-z0-9']+", question.lower())
+
+
 def dependence(question: str) -> float:
     """How much `question` leans on the earlier turns: 1 with a referring word or an elliptical
     opener, 0.5 when it names too little to be a topic of its own, else 0."""
     q = " ".join(question.lower().split())
-    words = re.findall(r"[a-z0-9']+", q)
+    words = _words(q)
     if any(w in REFERRING for w in words) or q.startswith(ELLIPTIC_OPENERS):
         return 1.0
     content = [w for w in words if w not in _GENERIC]
@@ -99,9 +104,8 @@ def names_the_answer(question: str, history: Sequence[Turn]) -> bool:
     words ("the mona lisa") name the wrong subject for the follow-up's search."""
     if not history or not history[-1].grounded:
         return False
-    words = set(re.findall(r"[a-z']+", question.lower()))
     asked = history[-1].question.lower().strip()
-    return bool(words & PERSONAL) and re.match(r"(who|whom|whose)\b", asked) is not None and is_name(history[-1])
+    return not PERSONAL.isdisjoint(_words(question)) and re.match(r"(who|whom|whose)\b", asked) is not None and is_name(history[-1])
 
 
 def is_name(turn: Turn) -> bool:
