@@ -11,6 +11,7 @@ from targ_mlx import bind_openblas
 from targ_mlx.defaults import BIGGER_INDEX_HINT
 from targ_mlx.errors import check_text, run_cli
 from targ_mlx.gates import SCORED_GATES
+from targ_mlx.records import verdict
 from targ_mlx.session.open import open_session
 from targ_mlx.session.options import add_common_args, config_from_args
 
@@ -60,8 +61,7 @@ def ask(args: argparse.Namespace) -> int:
         print(f"  {BIGGER_INDEX_HINT}", file=sys.stderr)
     u = "-" if ans.score is None else f"{ans.score:.3f}"
     op = ">" if ans.retrieved else "<="
-    where = ("answered from memory" if not ans.retrieved else f"read {len(ans.passages)} passages" if ans.passages
-             else "read, answered from memory")  # nothing read held the answer given (`--read each`, a kept draft)
+    where = verdict(ans.retrieved, len(ans.passages))
     lat = ans.latency
     tau_s = f"{ans.tau:.3f}" if ans.gate in SCORED_GATES else "-"
     # what the stages do not account for: opening (on first use, building) the index and its encoder

@@ -8,6 +8,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 
+def verdict(retrieved: bool, cited: int) -> str:
+    """What was done, as every face says it: "answered from memory", "read N passages", or "read,
+    answered from memory" where nothing read holds the answer given (`--read each` choosing the
+    draft, or the answer-form guard keeping it: nothing is cited)."""
+    if not retrieved:
+        return "answered from memory"
+    return f"read {cited} passages" if cited else "read, answered from memory"
+
+
 @dataclass(frozen=True)
 class PassageRef:
     key: int

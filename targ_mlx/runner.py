@@ -289,10 +289,11 @@ def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] |
 
     kept = None  # the draft kept over a read answer of the wrong form
     stopped = cancel is not None and cancel.is_set()  # a cancelled answer stays as far as it got
-    if read and d is not None and not prefix and not stopped and (kept := _kept_draft(bb, q, d, s, st, cancel)):
+    text, n_out = pipeline.answer_text(bb, st.out, s.max_tokens)
+    if read and d is not None and not prefix and not stopped and (kept := _kept_draft(bb, q, d, s, st, text, cancel)):
         final_ids, choice = base_ids, None
         yield kept[1]
-    text, n_out = pipeline.answer_text(bb, st.out, s.max_tokens)
+        text, n_out = pipeline.answer_text(bb, st.out, s.max_tokens)  # the draft's, now the answer
     out = st.out[: s.max_tokens]
     eos = bb.tokenizer.eos_ids
     finish = ("cancelled" if cancel is not None and cancel.is_set() else
@@ -317,15 +318,15 @@ def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] |
     ), tuple(final_ids), tuple(t for t in out if t not in eos))
 
 
-def _kept_draft(bb: Backbone, q: str, d: Draft, s: Settings, st: _Run,
+def _kept_draft(bb: Backbone, q: str, d: Draft, s: Settings, st: _Run, read_text: str,
                 cancel: threading.Event | None) -> tuple[str, Text] | None:
     """Reading must not turn an answer of the asked form into one of another: where the question
     asks when or how many (`reader.fits_form`), the read answer gives no time or number and the
     draft does ("1452" for "when was he born?" against a passage's "born in the Republic of
     Florence"), the draft is the answer, continued from its own cache where it had not ended, and
-    nothing read is cited. Returns (why, the draft's Text) after setting it as the answer, or None."""
+    nothing read is cited. `read_text`: the read answer as decoded. Returns (why, the draft's Text)
+    after setting it as the answer, or None."""
     said, _ = pipeline.answer_text(bb, d.tokens, len(d.tokens))
-    read_text, _ = pipeline.answer_text(bb, st.out, len(st.out))
     if reader.fits_form(q, read_text) or not reader.fits_form(q, said):
         return None
     t0 = time.perf_counter()

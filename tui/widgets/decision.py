@@ -11,6 +11,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from targ_mlx.defaults import BIGGER_INDEX_CHAT_HINT
+from targ_mlx.records import verdict
 from targ_mlx.session import DecisionView
 
 DecisionInfo = DecisionView  # the panel's name for what it shows
@@ -64,11 +65,10 @@ class DecisionPanel(Static):
         t.add_row("U vs τ", Text(f"{fmt(d.u)} {op} {fmt(d.tau)}") if d.tau is not None and d.u is not None
                   else Text(f"U {fmt(d.u)}" + (f" · τ {fmt(d.tau)}" if d.tau is not None else "")))
         t.add_row("", gauge(d.u, d.tau))
-        verdict = (Text(f"read {len(d.passages)} passages", style="bold red") if d.retrieved and d.passages
-                   else Text("read, answered from memory", style="bold red") if d.retrieved  # nothing read held it
-                   else Text(f"no retrieval: {d.note}", style="bold yellow") if d.note
-                   else Text("answered from memory" + (" (searched)" if d.found else ""), style="bold green"))
-        t.add_row("decision", verdict)
+        said = verdict(d.retrieved, len(d.passages))
+        t.add_row("decision", Text(said, style="bold red") if d.retrieved
+                  else Text(f"no retrieval: {d.note}", style="bold yellow") if d.note
+                  else Text(said + (" (searched)" if d.found else ""), style="bold green"))
         if d.reason:
             t.add_row("why", Text(d.reason))
         if d.no_source:
