@@ -9,6 +9,10 @@ the layout the cell recorded ("today": `prompts.messages`' "Context: ... Questio
 - reversed: today's with the passages in reverse rank order (the best one next to the question);
 - today: the recorded layout again (it must give the recorded answers: the check that the
   passages, prompt and model are the cell's);
+- shown: today's, after two reading examples (a context of two passages, one off-topic, and the
+  short answer the on-topic one gives) in place of the closed-book examples' last turns;
+- quote: the same examples answered as "Evidence: <the sentence that answers>\nAnswer: <short>": the
+  model copies the sentence it answers from before it answers (decoded 64 tokens longer);
 - contrast: today's layout decoded context-aware (Shi et al. 2023, CAD): each greedy token maximises
   (1 + a) log p(y | context, q) - a log p(y | q), the closed-book prompt run beside it as a second
   row, among the tokens whose p(y | context, q) is at least b times the best one's (`--alpha`,
@@ -45,7 +49,25 @@ from targ_mlx.runtime import batch  # noqa: E402
 from targ_mlx.runtime.backbone import load_backbone  # noqa: E402
 
 OFF_TOPIC = "Answer the question from the passage that is about it; other passages may be off-topic."
-LAYOUTS = ("today", "sandwich", "instructed", "reversed", "contrast")
+LAYOUTS = ("today", "sandwich", "instructed", "reversed", "shown", "quote", "contrast")
+# reading examples: the answer is in one passage, the other offers a near-miss of the same kind
+# (none of these subjects is asked in shared/data/qa)
+READ_EXAMPLES = (
+    ("[Sydney Harbour Bridge] The Sydney Harbour Bridge is a steel arch bridge across Sydney Harbour. "
+     "It was designed by John Bradfield and opened in 1932.\n[Sydney Opera House] The Sydney Opera House "
+     "is a performing arts centre on Sydney Harbour. It was designed by the Danish architect Jorn Utzon "
+     "and opened in 1973.", "who designed the sydney opera house",
+     "It was designed by the Danish architect Jorn Utzon and opened in 1973.", "Jorn Utzon"),
+    ("[Corinth Canal] The Corinth Canal connects the Gulf of Corinth with the Saronic Gulf. It was "
+     "completed in 1893.\n[Suez Canal] The Suez Canal is a sea-level waterway connecting the Mediterranean "
+     "Sea to the Red Sea. After ten years of construction, it was opened on 17 November 1869.",
+     "when was the suez canal opened",
+     "After ten years of construction, it was opened on 17 November 1869.", "17 November 1869"),
+)
+QUOTE_SYSTEM = ("You are a helpful assistant. Answer from the context. First copy the one sentence of the "
+                "context that answers the question after 'Evidence:', then give a short answer only (a name, "
+                "date, number or short phrase) after 'Answer:'.")
+QUOTE_EXTRA = 64
 
 
 def user_turn(question: str, lines: list[str], layout: str) -> str:
@@ -57,9 +79,26 @@ def user_turn(question: str, lines: list[str], layout: str) -> str:
     return f"Context:\n{context}\n\nQuestion: {question}"
 
 
+def reading_examples(quote: bool) -> list[dict]:
+    out = []
+    for ctx, q, sentence, a in READ_EXAMPLES:
+        out += [{"role": "user", "content": f"Context:\n{ctx}\n\nQuestion: {q}"},
+                {"role": "assistant", "content": f"Evidence: {sentence}\nAnswer: {a}" if quote else a}]
+    return out
+
+
+def quoted_answer(text: str) -> str:
+    """The answer after the last 'Answer:' (the whole text where the model wrote none)."""
+    return text.rsplit("Answer:", 1)[-1].strip() if "Answer:" in text else text.strip()
+
+
 def chat(question: str, packed: prompts.PackedContext, layout: str, style: str) -> list[dict]:
     """`prompts.messages` with the user turn laid out otherwise (the system turn and examples kept)."""
     msgs = prompts.messages(question, packed.text, style)
+    if layout == "shown":
+        msgs = msgs[:1] + msgs[1:-1][:-4] + reading_examples(False) + msgs[-1:]
+    elif layout == "quote":
+        msgs = [{"role": "system", "content": QUOTE_SYSTEM}] + reading_examples(True) + msgs[-1:]
     return msgs[:-1] + [{"role": "user", "content": user_turn(question, [p.format() for p in packed.passages], layout)}]
 
 
@@ -136,10 +175,11 @@ def main(argv: list[str] | None = None) -> int:
                 closed = [tok.chat_ids(prompts.messages(r["question"].strip(), None, style)) for r, _ in part]
                 decoded = contrast_batch(bb, seqs, closed, cap, args.alpha, args.beta)
             else:
-                decoded = batch.greedy_batch(bb, seqs, cap).tokens
+                decoded = batch.greedy_batch(bb, seqs, cap + (QUOTE_EXTRA if layout == "quote" else 0)).tokens
             with open(path, "a", encoding="utf-8") as f:
                 for (r, _), toks in zip(part, decoded):
-                    ans, _ = pipeline.answer_text(bb, toks, cap)
+                    ans, _ = pipeline.answer_text(bb, toks, cap + (QUOTE_EXTRA if layout == "quote" else 0))
+                    ans = quoted_answer(ans) if layout == "quote" else ans
                     f.write(json.dumps({"id": r["id"], "answer": ans, "acc": score_all(ans, r["answers"])["acc"],
                                         "recorded": r["always"]["answer"], "recorded_acc": r["always"]["acc"]}) + "\n")
         rows = [json.loads(x) for x in open(path)]
