@@ -15,11 +15,11 @@ cut, so "held" is generous by at most that passage's tail).
 from __future__ import annotations
 
 import argparse
-import json
 import sqlite3
 from pathlib import Path
 
 from targ_mlx import reader
+from targ_mlx.eval.run import read_jsonl
 from targ_mlx.matching import normalize
 from targ_mlx.retrieval import Passage
 
@@ -56,8 +56,7 @@ def main() -> None:
     db = sqlite3.connect(f"file:{args.index / 'passages.db'}?mode=ro", uri=True)
     lookup = lambda key: db.execute("SELECT title, text FROM passages WHERE key = ?", (key,)).fetchone()  # noqa: E731
     for cell in args.cells:
-        with open(cell / "records.jsonl", encoding="utf-8") as f:  # lines end at "\n" only: a text may hold U+2028
-            records = [json.loads(x) for x in f if x.strip()]
+        records = read_jsonl(cell / "records.jsonl")
         found = groups(records, lookup)
         print(f"{cell}: {sum(g[0] for g in found.values())} questions with passages read")
         for (held_read, held_draft, same), (n, a, nv) in sorted(found.items()):

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from targ_mlx import retrieval
+from targ_mlx.eval.run import read_jsonl
 from targ_mlx.eval.sweep import paired_ci, split
 from targ_mlx.matching import contains
 
@@ -50,7 +51,7 @@ def main() -> None:
     r = BM25Only(args.index)  # hit figures need no cosine
     per = {}
     for f in sorted(args.records.glob("*/records.jsonl")):
-        recs = [json.loads(line) for line in f.read_text().splitlines()[: args.limit] if line.strip()]
+        recs = read_jsonl(f)[: args.limit]
         qs = [x["question"].strip() for x in recs]
         own = r.search_batch(qs, 20)
         routes = r.search_batch([route_query(q, x["never"]["answer"]) for q, x in zip(qs, recs)], 20)

@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from targ_mlx import reader
+from targ_mlx.eval.run import read_jsonl
 from targ_mlx.eval.sweep import paired_ci, split, split_pool
 from targ_mlx.matching import contains, normalize
 from targ_mlx.retrieval import Passage
@@ -42,7 +43,7 @@ GRID = dict(rank=(0.0, 0.1, 0.25, 0.5, 1.0), likelihood=(0.0, 0.25, 0.5, 1.0), t
 def load(folder: Path) -> tuple[dict, list[dict]]:
     cfg_file = folder / "config.json"  # written when a cell finishes: a cell still running splits its rows so far
     cfg = json.loads(cfg_file.read_text()) if cfg_file.is_file() else {}
-    recs = [json.loads(line) for line in (folder / "records.jsonl").read_text().splitlines() if line.strip()]
+    recs = read_jsonl(folder / "records.jsonl")
     return cfg, recs
 
 

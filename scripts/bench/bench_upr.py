@@ -28,6 +28,7 @@ from targ_mlx import bind_openblas
 bind_openblas()  # before mlx.core loads
 
 from targ_mlx import rerank  # noqa: E402
+from targ_mlx.eval.run import read_jsonl  # noqa: E402
 from targ_mlx.eval.sweep import paired_ci, split  # noqa: E402
 from targ_mlx.matching import contains  # noqa: E402
 
@@ -52,7 +53,7 @@ def main() -> None:
     judge.likelihoods("warm up", r.search_batch(["warm up"], 2)[0])
     per, seconds = {}, []
     for f in sorted(args.records.glob("*/records.jsonl")):
-        recs = [json.loads(line) for line in f.read_text().splitlines()[: args.limit] if line.strip()]
+        recs = read_jsonl(f)[: args.limit]
         rows = {w: [] for w in WEIGHTS}
         for x in recs:
             found = r.search_batch([x["question"].strip()], args.depth)[0]
