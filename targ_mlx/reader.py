@@ -206,6 +206,13 @@ def held(said: set[str], words: set[str], title: set[str]) -> float:
     return len(said & (words | title)) / len(said)
 
 
+def holders(question: str, answer: str, passages: Sequence[Passage]) -> set[int]:
+    """The places in `passages` of those with a sentence holding `answer` (`held`, at least
+    MIN_HOLD of its claim words): the passages that back it, the ones `choose` cites."""
+    said = claim(answer, question)
+    return {r for r, words, title, _ in _units(passages) if held(said, words, title) >= MIN_HOLD}
+
+
 def support(question: str, answer: str, passages: Sequence[Passage], logprob: float,
             units: Sequence[tuple] | None = None) -> Support:
     """The evidence in `passages` (the search's top ones, best first) for `answer` to `question`.
@@ -280,7 +287,6 @@ def choose(question: str, candidates: Sequence[Candidate], passages: Sequence[Pa
         raise ValueError("choose needs at least one candidate")
     ranked = rank(supports(question, candidates, passages), w)
     chosen = ranked[0][0]
-    said = claim(chosen.text, question)
-    holding = {r for r, words, title, _ in _units(read) if held(said, words, title) >= MIN_HOLD}
+    holding = holders(question, chosen.text, read)
     cited = tuple(i for i in range(len(read)) if i in holding or i == chosen.source)
     return Choice(chosen, tuple(ranked), cited)

@@ -3,11 +3,10 @@
 A cheap guard would keep the draft where the read answer is not in what was read, or where the
 passages confirm the draft and not the read answer. On eval records, each question's Always
 answer and closed-book (Never) answer are split by whether some sentence of the read passages
-holds the answer's claim words (`reader.claim` / `reader.held`, at least `reader.MIN_HOLD` of
-them, as the choice rule counts evidence) and whether the two answers are the same; for each
-group the count and how many of each answer are right. No model runs: the passages come from
-the index's passages.db by the recorded keys (whole passages: the last one read may have been
-cut, so "held" is generous by at most that passage's tail).
+holds the answer's claim words (`reader.holders`: what the choice rule cites by) and whether the
+two answers are the same; for each group the count and how many of each answer are right. No
+model runs: the passages come from the index's passages.db by the recorded keys (whole passages:
+the last one read may have been cut, so "held" is generous by at most that passage's tail).
 
     python scripts/analysis/grounded_answers.py --index index/large-bm25 results/*/large-hybrid/*
 """
@@ -15,18 +14,13 @@ cut, so "held" is generous by at most that passage's tail).
 from __future__ import annotations
 
 import argparse
-import sqlite3
 from pathlib import Path
 
 from targ_mlx import reader
+from targ_mlx.eval.record import passage_lookup
 from targ_mlx.eval.run import read_jsonl
 from targ_mlx.matching import normalize
 from targ_mlx.retrieval import Passage
-
-
-def grounded(question: str, answer: str, units) -> bool:
-    said = reader.claim(answer, question)
-    return bool(said) and any(reader.held(said, words, title) >= reader.MIN_HOLD for _, words, title, _ in units)
 
 
 def groups(records, lookup) -> dict[tuple[bool, bool, bool], list[int]]:
@@ -37,9 +31,9 @@ def groups(records, lookup) -> dict[tuple[bool, bool, bool], list[int]]:
         rows = [lookup(p[0]) for p in a["passages"]]
         if not rows or any(x is None for x in rows):
             continue  # nothing read, or another index than the run's
-        units = reader._units([Passage(p[0], t, x, 0.0) for p, (t, x) in zip(a["passages"], rows)])
+        read = [Passage(p[0], t, x, 0.0) for p, (t, x) in zip(a["passages"], rows)]
         q = r["question"].strip()
-        key = (grounded(q, a["answer"], units), grounded(q, nv["answer"], units),
+        key = (bool(reader.holders(q, a["answer"], read)), bool(reader.holders(q, nv["answer"], read)),
                normalize(a["answer"]) == normalize(nv["answer"]))
         g = out.setdefault(key, [0, 0, 0])
         g[0] += 1
@@ -53,8 +47,7 @@ def main() -> None:
     ap.add_argument("cells", nargs="+", type=Path, help="eval cell folders (records.jsonl)")
     ap.add_argument("--index", required=True, type=Path, help="an index holding the recorded passages")
     args = ap.parse_args()
-    db = sqlite3.connect(f"file:{args.index / 'passages.db'}?mode=ro", uri=True)
-    lookup = lambda key: db.execute("SELECT title, text FROM passages WHERE key = ?", (key,)).fetchone()  # noqa: E731
+    lookup = passage_lookup(args.index)
     for cell in args.cells:
         records = read_jsonl(cell / "records.jsonl")
         found = groups(records, lookup)

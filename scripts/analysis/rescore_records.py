@@ -28,21 +28,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import sqlite3
 import sys
 from pathlib import Path
 
 from targ_mlx import pipeline
-from targ_mlx.eval.record import fill_scores, over_corpus, recorded_context
+from targ_mlx.eval.record import fill_scores, over_corpus, passage_lookup, recorded_context
 from targ_mlx.eval.run import corpus_free_source, read_jsonl, write_jsonl
 from targ_mlx.runtime import gguf
 from targ_mlx.runtime.model_spec import ALIASES, alias_path
 from targ_mlx.runtime.tokenizer import tokenizer_from_gguf
 
 
-def set_context_signals(records: list[dict], db: sqlite3.Connection, tok, budget: int, where: Path) -> int:
+def set_context_signals(records: list[dict], lookup, tok, budget: int, where: Path) -> int:
     added = 0
-    lookup = lambda key: db.execute("SELECT title, text FROM passages WHERE key = ?", (key,)).fetchone()  # noqa: E731
     for r in records:
         a = r["always"]
         try:
@@ -92,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"no passages.db in {args.index}; build the index the records were made with")
     path = alias_path(args.model)
     tok = tokenizer_from_gguf(gguf.metadata(path), path)
-    db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    lookup = passage_lookup(args.index)
     for folder in args.folders:
         rec_path, cfg_path = folder / "records.jsonl", folder / "config.json"
         if not rec_path.is_file() or not cfg_path.is_file():
@@ -103,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = cfg["settings"]
         records = read_jsonl(rec_path)
         src = take_corpus_free(records, cfg, args.reuse_records, folder) if args.reuse_records else None
-        added = set_context_signals(records, db, tok, int(settings["context_tokens"]), folder)
+        added = set_context_signals(records, lookup, tok, int(settings["context_tokens"]), folder)
         rescored = fill_scores(records, args.model, float(settings["beta"]), search_changed=True)
         write_jsonl(rec_path, records)
         if src is not None:

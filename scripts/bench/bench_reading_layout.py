@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sqlite3
 import sys
 from datetime import date
 from pathlib import Path
@@ -43,7 +42,7 @@ import numpy as np  # noqa: E402
 
 from targ_mlx import pipeline, prompts  # noqa: E402
 from targ_mlx.eval.metrics import bootstrap_ci, score_all  # noqa: E402
-from targ_mlx.eval.record import recorded_context  # noqa: E402
+from targ_mlx.eval.record import passage_lookup, recorded_context  # noqa: E402
 from targ_mlx.matching import contains  # noqa: E402
 from targ_mlx.runtime import batch  # noqa: E402
 from targ_mlx.runtime.backbone import load_backbone  # noqa: E402
@@ -148,8 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     budget, cap, style = int(cfg["settings"]["context_tokens"]), int(cfg["settings"]["max_tokens"]), cfg["settings"]["prompt_style"]
     bb = load_backbone(cfg["model"])
     tok = bb.tokenizer
-    db = sqlite3.connect(f"file:{args.index / 'passages.db'}?mode=ro", uri=True)
-    lookup = lambda key: db.execute("SELECT title, text FROM passages WHERE key = ?", (key,)).fetchone()  # noqa: E731
+    lookup = passage_lookup(args.index)
     picked = []
     for line in open(args.cell / "records.jsonl", encoding="utf-8"):
         r = json.loads(line)
@@ -168,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         path = args.out / f"{args.cell.parent.name}-{args.cell.name}-{tag}{'-all' if args.all else ''}.jsonl"
         done = {json.loads(x)["id"] for x in open(path)} if path.exists() else set()
         todo = [(r, p) for r, p in picked if r["id"] not in done]
+        n_new = cap + (QUOTE_EXTRA if layout == "quote" else 0)  # tokens decoded a question
         for i in range(0, len(todo), 8):
             part = todo[i: i + 8]
             seqs = [tok.chat_ids(chat(r["question"].strip(), p, layout, style)) for r, p in part]
@@ -175,10 +174,10 @@ def main(argv: list[str] | None = None) -> int:
                 closed = [tok.chat_ids(prompts.messages(r["question"].strip(), None, style)) for r, _ in part]
                 decoded = contrast_batch(bb, seqs, closed, cap, args.alpha, args.beta)
             else:
-                decoded = batch.greedy_batch(bb, seqs, cap + (QUOTE_EXTRA if layout == "quote" else 0)).tokens
+                decoded = batch.greedy_batch(bb, seqs, n_new).tokens
             with open(path, "a", encoding="utf-8") as f:
                 for (r, _), toks in zip(part, decoded):
-                    ans, _ = pipeline.answer_text(bb, toks, cap + (QUOTE_EXTRA if layout == "quote" else 0))
+                    ans, _ = pipeline.answer_text(bb, toks, n_new)
                     ans = quoted_answer(ans) if layout == "quote" else ans
                     f.write(json.dumps({"id": r["id"], "answer": ans, "acc": score_all(ans, r["answers"])["acc"],
                                         "recorded": r["always"]["answer"], "recorded_acc": r["always"]["acc"]}) + "\n")

@@ -11,12 +11,12 @@ time is the support's own: sentence splitting and word matching over the top K p
 from __future__ import annotations
 
 import argparse
-import sqlite3
 import statistics
 import sys
 import time
 from pathlib import Path
 
+from targ_mlx.eval.record import passage_lookup
 from targ_mlx.eval.run import read_jsonl
 from targ_mlx.selection import support
 
@@ -29,8 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args.pairs) % 2:
         ap.error("pass RUN_FOLDER INDEX pairs")
     for run, index in zip(args.pairs[::2], args.pairs[1::2]):
-        db = sqlite3.connect(f"file:{Path(index) / 'passages.db'}?mode=ro", uri=True)
-        text = lambda key: db.execute("SELECT title, text FROM passages WHERE key = ?", (key,)).fetchone()  # noqa: E731
+        text = passage_lookup(Path(index))
         items = [(r["question"], [text(p[0]) for p in r["always"]["passages"]])
                  for r in read_jsonl(Path(run) / "records.jsonl")]
         per = []

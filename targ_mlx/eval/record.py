@@ -9,10 +9,12 @@ baselines. Sweeps, tables and plots read these records and never run the model a
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
 from types import MappingProxyType
-from typing import Any, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
 
 from targ_mlx import gates, pipeline, prompts, reader
 from targ_mlx.runtime import batch
@@ -331,6 +333,13 @@ def corpus_free_diff(theirs: dict, ours: dict) -> list[str]:
     if theirs.get("model") not in (None, ours.get("model")):
         diff.insert(0, f"model={theirs.get('model')!r} (here {ours.get('model')!r})")
     return diff
+
+
+def passage_lookup(index: Path) -> Callable[[int], tuple[str, str] | None]:
+    """`recorded_context`'s lookup over an index folder: a passage's (title, text) by key from its
+    passages.db, opened read-only; None for a key it lacks."""
+    db = sqlite3.connect(f"file:{Path(index) / 'passages.db'}?mode=ro", uri=True)
+    return lambda key: db.execute("SELECT title, text FROM passages WHERE key = ?", (key,)).fetchone()
 
 
 def recorded_context(rec: dict, lookup, tok, budget: int) -> prompts.PackedContext:
