@@ -5,6 +5,7 @@ whatever else is encoded with it, and an index is queried with a backend of its 
 manifests without one: torch's, float32)."""
 
 import json
+import os
 import shutil
 import sys
 
@@ -13,7 +14,7 @@ import pytest
 
 from targ_mlx.index import IndexMismatchError, load_encoder, open_retriever
 from targ_mlx.index.build import existing_backend
-from targ_mlx.index.encoder import FLOAT32, family
+from targ_mlx.index.encoder import DEFAULT_ENCODER, FLOAT32, family, resolve_model
 from targ_mlx.index.store import MANIFEST, partial_dir
 
 
@@ -169,33 +170,46 @@ def test_an_encoder_neither_here_nor_reachable_is_one_line_naming_the_fix(monkey
     assert "'nobody/no-such-encoder' is not on this machine" in msg and "fix: " in msg and "\n" not in msg
 
 
-def test_torch_bf16_vectors_stay_in_the_float32_family(passages, small_index_questions):
-    """bfloat16 products (autocast) move a passage's vector by a cosine of ~3e-5, so an index they
-    build is searched with float32 queries: the questions rank these passages first as float32 does."""
-    from targ_mlx.index.encoder import TORCH_BF16
+@pytest.mark.parametrize("backend", ["torch-bf16", "mlx-bf16"])
+def test_bf16_vectors_stay_in_the_float32_family(passages, small_index_questions, backend):
+    """bfloat16 products (torch's autocast, or the kernels' bf16_linear) move a passage's vector by
+    a cosine of ~3e-5, so an index they build is searched with float32 queries: the questions rank
+    these passages first as float32 does."""
+    from targ_mlx.index.mlx_encoder import unusable
 
-    fast, ref = load_encoder(backend=TORCH_BF16), load_encoder(backend="torch")
-    assert (fast.backend, family(fast.backend), fast.describe()["backend"]) == ("torch-bf16", FLOAT32, "torch-bf16")
+    if backend == "mlx-bf16" and (why := unusable(resolve_model(DEFAULT_ENCODER), bf16=True)):
+        pytest.skip(why)
+    fast, ref = load_encoder(backend=backend), load_encoder(backend="torch")
+    assert (fast.backend, family(fast.backend), fast.describe()["backend"]) == (backend, FLOAT32, backend)
     titles, texts = zip(*passages)
     a, b = fast.encode_passages(titles, texts), ref.encode_passages(titles, texts)
     assert a.dtype == np.float32 and np.allclose(np.linalg.norm(a, axis=1), 1.0, atol=1e-5)
     cos = np.sum(a * b, axis=1)
-    # >= 0.99997 on 2,000 real chunks on a Zen 4 (docs/archive/benchmarks-journal.md, "bfloat16
-    # products on a CPU that has them"); exactly 1 would mean float32 ran
+    # >= 0.99997 on 2,000 real chunks on a Zen 4 (BENCHMARKS.md, row "encoder: bfloat16");
+    # exactly 1 would mean float32 ran
     assert 0.9995 < float(cos.min()) and float(cos.max()) < 1 - 1e-9
     qs = ref.encode_queries([q["question"] for q in small_index_questions[:12]])
     assert (np.argmax(qs @ a.T, axis=1) == np.argmax(qs @ b.T, axis=1)).all()
 
 
-def test_index_builds_use_bf16_only_where_the_cpu_multiplies_it(monkeypatch):
-    from targ_mlx.index.encoder import bf16_native, build_backend, default_backend
+def test_bf16_is_chosen_only_where_the_cpu_multiplies_it(monkeypatch):
+    """Searches and builds encode with mlx-bf16 where the kernels multiply bfloat16 (AVX512-BF16),
+    builds with torch-bf16 where the CPU has AMX-BF16 tiles; TARG_MLX_ENCODER_BF16=0: float32."""
+    from targ_mlx.index.encoder import _has_sentence_transformers, build_backend, cpu_flags, default_backend
+    from targ_mlx.index.mlx_encoder import unusable
 
-    flags = open("/proc/cpuinfo").read().split() if sys.platform == "linux" else []
-    assert bf16_native() == ("avx512_bf16" in flags or "amx_bf16" in flags)
+    flags = set(open("/proc/cpuinfo").read().split()) if sys.platform == "linux" else set()
+    assert cpu_flags() <= flags and ("avx2" in flags) == ("avx2" in cpu_flags())
+    folder = resolve_model(DEFAULT_ENCODER)
     monkeypatch.setenv("TARG_MLX_ENCODER_BF16", "1")  # the default outside the tests (conftest sets 0)
-    assert build_backend(None) == ("torch-bf16" if bf16_native() else default_backend(None))
+    kernels_bf16 = unusable(folder, bf16=True) is None
+    native_march = os.environ.get("TARG_MLX_NATIVE_MARCH", "native") == "native"
+    assert kernels_bf16 == (unusable(folder) is None and "avx512_bf16" in flags and native_march)
+    assert default_backend(None) == ("mlx-bf16" if kernels_bf16 else "mlx" if unusable(folder) is None else "torch")
+    amx = "amx_bf16" in flags and _has_sentence_transformers()
+    assert build_backend(None) == ("torch-bf16" if amx else default_backend(None))
     monkeypatch.setenv("TARG_MLX_ENCODER_BF16", "0")
-    assert build_backend(None) == default_backend(None)
+    assert default_backend(None) in ("mlx", "torch") and build_backend(None) == default_backend(None)
 
 
 def test_an_index_built_in_bf16_is_searched_with_float32_queries(small_index_corpus, small_index_dir,

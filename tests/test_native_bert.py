@@ -60,3 +60,46 @@ def test_bidir_attention_stops_at_each_rows_length(N, L):
     noisy[1, lengths[1]:] = 1e3
     again = np.asarray(N.bidir_attention(mx.array(noisy), mx.array(lengths), heads, 1 / math.sqrt(D)))
     np.testing.assert_array_equal(again, got)
+
+
+def _bf16(a: np.ndarray) -> np.ndarray:
+    """float32 -> the nearest bfloat16 (ties to even), as float64."""
+    u = a.astype(np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16 << 16).astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+@pytest.mark.parametrize("M,K,cols", [(13, 66, 64), (200, 384, 1152), (3, 1536, 16)])
+def test_bf16_linear_is_the_product_of_the_bfloat16_roundings(N, M, K, cols):
+    """Every row and column is x's and W's values rounded to bfloat16 and summed in float32: rows
+    not a multiple of the 8-row tile, columns not of the 48-column one (13 rows, 64 = 48 + 16)."""
+    if not N.bf16_products():
+        pytest.skip(f"this build multiplies no bfloat16 ({N.simd()})")
+    rng = np.random.default_rng(M)
+    x = rng.normal(0, 1, (M, K)).astype(np.float32)
+    w = rng.normal(0, 0.05, (K, cols)).astype(np.float32)
+    b = rng.normal(0, 1, cols).astype(np.float32)
+    got = np.asarray(N.bf16_linear(mx.array(x), N.bf16_pack(mx.array(w)), mx.array(b)))
+    want = _bf16(x) @ _bf16(w) + b
+    np.testing.assert_allclose(got, want, atol=2e-5 * math.sqrt(K))
+    # and not the float32 product: the rounding shows at this tolerance
+    assert np.max(np.abs(x.astype(np.float64) @ w + b - want)) > 2e-5 * math.sqrt(K)
+    # a row's result does not depend on the rows beside it
+    one = np.asarray(N.bf16_linear(mx.array(x[M - 1:]), N.bf16_pack(mx.array(w)), mx.array(b)))
+    np.testing.assert_array_equal(one[0], got[M - 1])
+
+
+def test_bf16_pack_refuses_a_shape_it_cannot_pair_in_one_line(N):
+    with pytest.raises(ValueError) as e:
+        N.bf16_pack(mx.zeros((5, 32)))
+    assert "K even" in str(e.value)
+
+
+def test_bf16_linear_with_gelu_is_gelu_of_the_product(N):
+    """The up projection's GELU applied tile by tile gives what GELU of the whole product gives."""
+    if not N.bf16_products():
+        pytest.skip(f"this build multiplies no bfloat16 ({N.simd()})")
+    rng = np.random.default_rng(1)
+    x, w = mx.array(rng.normal(0, 1, (21, 384)).astype(np.float32)), N.bf16_pack(mx.array(rng.normal(0, 0.05, (384, 1552)).astype(np.float32)))
+    b = mx.array(rng.normal(0, 1, 1552).astype(np.float32))
+    plain = N.bf16_linear(x, w, b)
+    np.testing.assert_array_equal(np.asarray(N.bf16_linear(x, w, b, gelu=True)), np.asarray(N.gelu(plain)))

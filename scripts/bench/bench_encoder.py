@@ -6,6 +6,7 @@ titles in front, as builds encode them) are encoded by each variant in its own f
 chunks/s per run, the median and the ratio to `torch` are reported. Variants:
 
   mlx          the mlx backend, in a process with OpenBLAS bound for MLX (as every entry point is)
+  mlx-bf16     the mlx backend with its products in bfloat16 on the kernels (AVX512-BF16)
   torch        sentence-transformers in a process of its own, nothing else loaded (its best case)
   torch-bound  torch in a process where OpenBLAS is bound for MLX, as inside `targ ask` and the app
   torch-bf16   torch with bfloat16 matrix products (autocast), bound as index builds are
@@ -37,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 NQ_DEV = Path(__file__).resolve().parents[3] / "shared" / "data" / "qa" / "nq_open_dev.jsonl"
-VARIANTS = ("mlx", "torch", "torch-bound", "torch-bf16", "onnx-int8")
+VARIANTS = ("mlx", "mlx-bf16", "torch", "torch-bound", "torch-bf16", "onnx-int8")
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:

@@ -5,13 +5,14 @@ sentence-transformers model can be named (fetched from the Hub when online). E5 
 `query: ` / `passage: ` prefixes, BGE English models their query instruction. The model is loaded
 once per process, name and backend (`load_encoder` caches it).
 
-Backends: "mlx" (`mlx_encoder.py`, the default where it runs: BERT models such as MiniLM) and
-"torch" (sentence-transformers, any model) compute the same float32 vectors; "torch-bf16" is torch
-with its matrix products in bfloat16 (autocast: float32 sums, norms and softmax), what index builds
-use on CPUs that multiply bfloat16 natively (`build_backend`); "onnx-int8" (`onnx_encoder.py`) runs
+Backends: "mlx" (`mlx_encoder.py`: BERT models such as MiniLM) and "torch" (sentence-transformers,
+any model) compute the same float32 vectors; "mlx-bf16" and "torch-bf16" compute their matrix
+products in bfloat16 (float32 sums, norms and softmax): mlx-bf16 is the default where the CPU
+kernels multiply bfloat16 (AVX512-BF16), mlx elsewhere (`default_backend`), and index builds use
+torch-bf16 where the CPU has AMX-BF16 tiles (`build_backend`); "onnx-int8" (`onnx_encoder.py`) runs
 the weights exported to ONNX and quantized to int8 (opt-in: less exact). An index records the
 backend that built it in its manifest and is queried and extended with one of the same `family`: a
-float32 index with mlx where mlx runs here, else torch. Manifests from before backends existed
+float32-family index with `default_backend`. Manifests from before backends existed
 were built with "torch".
 """
 
@@ -35,8 +36,8 @@ DEFAULT_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_BATCH_SIZE = 32
 _DEFAULT_ALIASES = {DEFAULT_ENCODER, "all-MiniLM-L6-v2", "all-minilm-l6-v2"}
 _BGE_QUERY = "Represent this sentence for searching relevant passages: "
-TORCH, TORCH_BF16, MLX, ONNX_INT8 = "torch", "torch-bf16", "mlx", "onnx-int8"
-BACKENDS = (MLX, TORCH, TORCH_BF16, ONNX_INT8)
+TORCH, TORCH_BF16, MLX, MLX_BF16, ONNX_INT8 = "torch", "torch-bf16", "mlx", "mlx-bf16", "onnx-int8"
+BACKENDS = (MLX, MLX_BF16, TORCH, TORCH_BF16, ONNX_INT8)
 FLOAT32 = "float32"
 # Backends whose vectors agree with float32's share a family: an index built with one is searched
 # and extended with any of them. mlx vs torch: 1.6e-7 at most on 256 real chunks. torch-bf16:
@@ -44,10 +45,7 @@ FLOAT32 = "float32"
 # keeps 0.996 of float32's top 5 (1,000 NQ-Open questions over 2,000 chunks; BENCHMARKS.md,
 # row "encoder: bfloat16"), above the 0.98 an index may lose. The int8 backend is opt-in: its top 5 matched
 # float32's for only 0.875 of NQ-Open questions, so it is a family of its own.
-_FAMILY = {TORCH: FLOAT32, TORCH_BF16: FLOAT32, MLX: FLOAT32, ONNX_INT8: ONNX_INT8}
-_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
-
-
+_FAMILY = {TORCH: FLOAT32, TORCH_BF16: FLOAT32, MLX: FLOAT32, MLX_BF16: FLOAT32, ONNX_INT8: ONNX_INT8}
 def prefixes_for(name: str) -> tuple[str, str]:
     """(query prefix, passage prefix) the model was trained with."""
     low = name.lower()
@@ -156,22 +154,26 @@ def _precision(enc: Encoder):
     return torch.autocast(enc.model.device.type, dtype=torch.bfloat16)
 
 
-def bf16_native() -> bool:
-    """Whether this CPU multiplies bfloat16 natively (AVX512-BF16 or AMX), where torch-bf16 encodes
-    faster than float32: 1.5-1.7x on 2 Zen 4 cores. Elsewhere autocast would emulate it, slower."""
+def cpu_flags() -> set[str]:
+    """This CPU's flags (/proc/cpuinfo); empty off Linux (Macs encode with mlx on the GPU)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
-            flags = set(next((line for line in f if line.startswith("flags")), "").split())
-    except OSError:  # not Linux: Macs encode with mlx on the GPU
-        return False
-    return any(flag in flags for flag in _BF16_FLAGS)
+            return set(next((line for line in f if line.startswith("flags")), "").split(":", 1)[-1].split())
+    except OSError:
+        return set()
+
+
+def _bf16_wanted() -> bool:
+    """TARG_MLX_ENCODER_BF16=0 keeps every encode in float32."""
+    return os.environ.get("TARG_MLX_ENCODER_BF16", "1") != "0"
 
 
 def build_backend(name: str | None) -> str:
-    """The backend that encodes a new index here: torch-bf16 where the CPU multiplies bfloat16 and
-    torch is installed (the same family as float32, 1.5-1.7x its speed), else `default_backend`.
-    TARG_MLX_ENCODER_BF16=0 turns the bfloat16 choice off."""
-    if os.environ.get("TARG_MLX_ENCODER_BF16", "1") != "0" and bf16_native() and _has_sentence_transformers():
+    """The backend that encodes a new index here: torch-bf16 where the CPU has AMX-BF16 tiles and
+    torch is installed (oneDNN multiplies in the tiles: ~85 chunks/s on 2 cores), else
+    `default_backend`, which is mlx-bf16 on a CPU with AVX512-BF16 (as fast as torch-bf16 there,
+    without torch's 4 s load). TARG_MLX_ENCODER_BF16=0 turns the bfloat16 choice off."""
+    if _bf16_wanted() and "amx_bf16" in cpu_flags() and _has_sentence_transformers():
         return TORCH_BF16
     return default_backend(name)
 
@@ -193,14 +195,18 @@ def family(backend: str) -> str:
 
 
 def default_backend(name: str | None) -> str:
-    """The float32 backend for `name` here: mlx where it runs (a local BERT, on a Mac or on the CPU
-    kernels with OpenBLAS), else torch. Its first call may build the CPU kernels."""
+    """The float32-family backend for `name` here: mlx-bf16 where the CPU kernels multiply bfloat16
+    (1.5x mlx's chunks/s on 2 Zen 4 cores, recall@5 of float32's top 5 0.994: BENCHMARKS.md, row
+    "encoder: bfloat16"), else mlx where it runs (a local BERT, on a Mac or on the CPU kernels with
+    OpenBLAS), else torch. Its first call may build the CPU kernels."""
     from targ_mlx.index.mlx_encoder import unusable
 
-    why = unusable(resolve_model(canonical_name(name or DEFAULT_ENCODER)))
+    folder = resolve_model(canonical_name(name or DEFAULT_ENCODER))
+    why = unusable(folder)
     if why:
         logger.info("encoder backend torch: %s", why)
-    return TORCH if why else MLX
+        return TORCH
+    return MLX_BF16 if _bf16_wanted() and unusable(folder, bf16=True) is None else MLX
 
 
 def query_backend(manifest: dict) -> str:
@@ -238,7 +244,8 @@ def load_encoder(name: str | None = None, device: str | None = None, backend: st
     Args:
         name: Hub id or local folder; None for the offline default all-MiniLM-L6-v2.
         device: "cuda", "mps" or "cpu" for the torch backend; None picks the best available.
-        backend: "mlx" or "torch" (float32), "torch-bf16" or "onnx-int8"; None: `default_backend`.
+        backend: "mlx" or "torch" (float32), "mlx-bf16" or "torch-bf16" (bfloat16 products, the
+            float32 family), "onnx-int8"; None: `default_backend`.
     """
     name = canonical_name(name or DEFAULT_ENCODER)
     backend = backend or default_backend(name)
@@ -246,11 +253,11 @@ def load_encoder(name: str | None = None, device: str | None = None, backend: st
         raise ValueError(f"encoder backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     source = resolve_model(name)
     query_prefix, passage_prefix = prefixes_for(name)
-    if backend == MLX:
+    if backend in (MLX, MLX_BF16):
         from targ_mlx.index.mlx_encoder import MlxBert
 
         logger.info("loading encoder %s from %s with %s", name, source, backend)
-        return Encoder(name, MlxBert(source), query_prefix, passage_prefix, backend=backend)
+        return Encoder(name, MlxBert(source, bf16=backend == MLX_BF16), query_prefix, passage_prefix, backend=backend)
     if backend == ONNX_INT8:
         from targ_mlx.index.onnx_encoder import OnnxModel
 

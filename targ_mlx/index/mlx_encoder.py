@@ -1,5 +1,6 @@
-"""The `mlx` encoder backend: a BERT sentence encoder (all-MiniLM-L6-v2 and other mean-pooling
-BERTs) run by MLX in float32, without torch.
+"""The `mlx` encoder backends: a BERT sentence encoder (all-MiniLM-L6-v2 and other mean-pooling
+BERTs) run by MLX in float32 without torch (`mlx`), or with its matrix products in bfloat16
+(`mlx-bf16`: float32 sums, norms, softmax and pooling, as torch's bfloat16 autocast computes).
 
 It computes the function the torch backend computes (the largest difference on 256 real chunks
 was 1.6e-7 per coordinate), so an index built with either is searched and extended with either
@@ -8,6 +9,8 @@ search of every `targ ask` cost 3.4 s, and torch's threads fight the OpenBLAS th
 the same process. On a CPU the matrix products run on that OpenBLAS and the rest on this
 project's kernels (`runtime/native/csrc/bert.h`: exact-erf GELU, LayerNorm with its residual,
 bidirectional attention over padded rows); on a Mac (Metal) and with mlx[cuda], on MLX's own ops.
+`mlx-bf16` runs its products on the kernels' `bf16_linear` (`csrc/bf16gemm.h`, AVX512-BF16), with
+each weight packed once at load.
 
 Texts are sorted by length and batched, so little is padded; a text's vector depends only on its
 own tokens (rows are independent, attention stops at each row's length).
@@ -22,12 +25,12 @@ from typing import Sequence
 
 import numpy as np
 
-BACKEND = "mlx"
+BACKEND, BACKEND_BF16 = "mlx", "mlx-bf16"
 _GELU_C = 0.7071067811865476
 
 
-def unusable(folder: Path | str) -> str | None:
-    """Why the mlx backend cannot run `folder`'s model here, or None when it can."""
+def unusable(folder: Path | str, bf16: bool = False) -> str | None:
+    """Why the mlx backend (`bf16`: mlx-bf16) cannot run `folder`'s model here, or None when it can."""
     folder = Path(folder)
     try:
         cfg = json.loads((folder / "config.json").read_text())
@@ -43,7 +46,7 @@ def unusable(folder: Path | str) -> str | None:
     if sys.platform == "darwin" or mx.default_device() != mx.cpu:
         # Metal or mlx[cuda]: MLX's own ops (checked on an H100: BENCHMARKS.md, row "GPU:
         # encoder")
-        return None
+        return "bfloat16 products are the CPU kernels'" if bf16 else None
     from targ_mlx import _blas
     from targ_mlx.runtime import native
 
@@ -51,6 +54,8 @@ def unusable(folder: Path | str) -> str | None:
         return f"MLX's CPU matrix products would run on the reference BLAS ({_blas.BLAS_STATUS})"
     if native.module() is None:
         return f"the CPU kernels are unavailable ({native.status()})"
+    if bf16 and not native.module().bf16_products():
+        return f"the CPU kernels were built without AVX512-BF16 ({native.module().simd()})"
     return None
 
 
@@ -72,6 +77,14 @@ class _Ops:
             return self.k.layer_norm(x, w, b, eps, residual=residual)
         return self.mx.fast.layer_norm(x if residual is None else x + residual, w, b, eps)
 
+    def linear(self, x, w, b, gelu: bool = False):
+        """x @ w + b (then GELU): w float32 (in, out) for MLX's product, or bf16_pack's pairs for
+        the kernels', which apply the GELU to each tile as it is made."""
+        if w.dtype == self.mx.uint16:
+            return self.k.bf16_linear(x, w, b, gelu=gelu)
+        y = self.mx.addmm(b, x, w)
+        return self.gelu(y) if gelu else y
+
     def gelu(self, x):
         if self.k is not None:
             return self.k.gelu(x)
@@ -92,14 +105,15 @@ class _Ops:
 class MlxBert:
     """A mean-pooling BERT sentence embedder with the `encode` / dimension API `encoder.Encoder` uses."""
 
-    def __init__(self, folder: Path | str):
+    def __init__(self, folder: Path | str, bf16: bool = False):
         import mlx.core as mx
         from tokenizers import Tokenizer
 
         folder = Path(folder)
-        why = unusable(folder)
+        why = unusable(folder, bf16)
         if why:
-            raise ValueError(f"the {BACKEND} encoder backend cannot run here: {why}; fix: use --backend torch")
+            name = BACKEND_BF16 if bf16 else BACKEND
+            raise ValueError(f"the {name} encoder backend cannot run here: {why}; fix: use --backend torch")
         cfg = json.loads((folder / "config.json").read_text())
         st = folder / "sentence_bert_config.json"
         max_len = json.loads(st.read_text()).get("max_seq_length", 512) if st.is_file() else 512
@@ -130,9 +144,14 @@ class MlxBert:
                 "down_w": t("output.dense"), "down_b": w[p + "output.dense.bias"],
                 "ln2": (w[p + "output.LayerNorm.weight"], w[p + "output.LayerNorm.bias"]),
             })
+        self.ops = _Ops()
+        if bf16:  # each product's weight as bfloat16 pairs, once; the float32 copy is dropped
+            for lay in self.layers:
+                for name in ("qkv_w", "o_w", "up_w", "down_w"):
+                    lay[name] = self.ops.k.bf16_pack(lay[name])
+        self.bf16 = bf16
         mx.eval(self.emb, self.layers)
         self.hidden = int(cfg["hidden_size"])
-        self.ops = _Ops()
         self.mx = mx
 
     def get_sentence_embedding_dimension(self) -> int:
@@ -146,11 +165,11 @@ class MlxBert:
         x = ops.layer_norm((word[ids] + pos[:L] + typ).reshape(B * L, H), ln_w, ln_b, self.eps)
         scale = (H // self.heads) ** -0.5
         for lay in self.layers:
-            qkv = mx.addmm(lay["qkv_b"], x, lay["qkv_w"]).reshape(B, L, 3 * H)
+            qkv = ops.linear(x, lay["qkv_w"], lay["qkv_b"]).reshape(B, L, 3 * H)
             a = ops.attention(qkv, lengths, self.heads, scale).reshape(B * L, H)
-            x = ops.layer_norm(mx.addmm(lay["o_b"], a, lay["o_w"]), *lay["ln1"], self.eps, residual=x)
-            u = ops.gelu(mx.addmm(lay["up_b"], x, lay["up_w"]))
-            x = ops.layer_norm(mx.addmm(lay["down_b"], u, lay["down_w"]), *lay["ln2"], self.eps, residual=x)
+            x = ops.layer_norm(ops.linear(a, lay["o_w"], lay["o_b"]), *lay["ln1"], self.eps, residual=x)
+            u = ops.linear(x, lay["up_w"], lay["up_b"], gelu=True)
+            x = ops.layer_norm(ops.linear(u, lay["down_w"], lay["down_b"]), *lay["ln2"], self.eps, residual=x)
             # One layer at a time: evaluated as one graph, all six layers' intermediates stay alive
             # (560 MB for 32 x 131 tokens, not 206) and every fresh buffer is page-faulted in, which
             # made a batch 20-30% slower on the CPU.

@@ -84,12 +84,73 @@ inline void layer_norm(const float* x, const float* r, const float* w, const flo
   else body(0, rows);
 }
 
+#if TARG_AVX2 || TARG_AVX512
+// QN query rows of one head against its n keys, 16 keys (scores) or 16 dimensions (values) at a
+// time: each key or value load feeds QN rows' FMAs (one row at a time was bound by the loads,
+// one load an FMA), and QN x 2 accumulators are independent chains. Rows stay independent: a
+// row's sums run in the same order whichever rows share its group.
+template <int QN>
+inline void attend_rows(const float* const* q, float* const* o, const float* kt, int n16, const float* v, int n,
+                        int D, float scale, float* s /* QN x n16 */) {
+  for (int j = 0; j < n16; j += 16) {
+    __m256 acc[QN][2];
+    for (int r = 0; r < QN; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    for (int d = 0; d < D; d++) {
+      const float* kr = kt + (size_t)d * n16 + j;
+      __m256 k0 = _mm256_loadu_ps(kr), k1 = _mm256_loadu_ps(kr + 8);
+      for (int r = 0; r < QN; r++) {
+        __m256 qd = _mm256_set1_ps(q[r][d]);
+        acc[r][0] = _mm256_fmadd_ps(qd, k0, acc[r][0]);
+        acc[r][1] = _mm256_fmadd_ps(qd, k1, acc[r][1]);
+      }
+    }
+    for (int r = 0; r < QN; r++) {
+      _mm256_storeu_ps(s + (size_t)r * n16 + j, acc[r][0]);
+      _mm256_storeu_ps(s + (size_t)r * n16 + j + 8, acc[r][1]);
+    }
+  }
+  float inv[QN];
+  for (int r = 0; r < QN; r++) {
+    float* sr = s + (size_t)r * n16;
+    float mx = -INFINITY;
+    for (int j = 0; j < n; j++) mx = std::max(mx, sr[j] *= scale);
+    inv[r] = 1.f / exp_sub_sum(sr, mx, sr, n);
+  }
+  int d = 0;
+  for (; d + 16 <= D; d += 16) {
+    __m256 acc[QN][2];
+    for (int r = 0; r < QN; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    for (int j = 0; j < n; j++) {
+      const float* vj = v + (size_t)j * D + d;
+      __m256 v0 = _mm256_loadu_ps(vj), v1 = _mm256_loadu_ps(vj + 8);
+      for (int r = 0; r < QN; r++) {
+        __m256 p = _mm256_set1_ps(s[(size_t)r * n16 + j]);
+        acc[r][0] = _mm256_fmadd_ps(p, v0, acc[r][0]);
+        acc[r][1] = _mm256_fmadd_ps(p, v1, acc[r][1]);
+      }
+    }
+    for (int r = 0; r < QN; r++) {
+      __m256 iv = _mm256_set1_ps(inv[r]);
+      _mm256_storeu_ps(o[r] + d, _mm256_mul_ps(acc[r][0], iv));
+      _mm256_storeu_ps(o[r] + d + 8, _mm256_mul_ps(acc[r][1], iv));
+    }
+  }
+  for (; d < D; d++)
+    for (int r = 0; r < QN; r++) {
+      float a = 0;
+      for (int j = 0; j < n; j++) a += s[(size_t)r * n16 + j] * v[(size_t)j * D + d];
+      o[r][d] = a * inv[r];
+    }
+}
+#endif
+
 // Bidirectional attention for one batch of padded sequences.
 //   qkv (B, L, 3 * NH * D): each token's [q heads | k heads | v heads], as one linear makes them
 //   lengths (B): real tokens of each row; positions >= length are padding, attended by nobody
 //   out (B, L, NH * D): softmax(scale * q k^T) v per head; padding rows are zero
 inline void bidir_attention(const float* qkv, const int32_t* lengths, int B, int L, int NH, int D, float scale,
                             float* out) {
+  constexpr int QN = 4;  // query rows a pass over the keys serves
   const int H = NH * D, W = 3 * H;
   auto body = [&](int t0, int t1) {
     std::vector<float> kt, v, s;
@@ -100,81 +161,47 @@ inline void bidir_attention(const float* qkv, const int32_t* lengths, int B, int
       float* ob = out + (size_t)bi * L * H + h * D;
       for (int i = n; i < L; i++) std::memset(ob + (size_t)i * H, 0, D * sizeof(float));
       if (n == 0) continue;
-      const int n8 = (n + 7) / 8 * 8;
-      kt.assign((size_t)D * n8, 0.f);  // keys transposed: kt[d * n8 + j] = k_j[d]
+      const int n16 = (n + 15) / 16 * 16;
+      kt.assign((size_t)D * n16, 0.f);  // keys transposed: kt[d * n16 + j] = k_j[d]
       v.resize((size_t)n * D);
-      s.resize(n8);
+      s.resize((size_t)QN * n16);
       for (int j = 0; j < n; j++) {
         const float* kj = base + (size_t)j * W + H + h * D;
-        for (int d = 0; d < D; d++) kt[(size_t)d * n8 + j] = kj[d];
+        for (int d = 0; d < D; d++) kt[(size_t)d * n16 + j] = kj[d];
         std::memcpy(v.data() + (size_t)j * D, kj + H, D * sizeof(float));
       }
-      for (int i = 0; i < n; i++) {
-        const float* q = base + (size_t)i * W + h * D;
-        float* o = ob + (size_t)i * H;
-        int j = 0;
-#if TARG_AVX2 || TARG_AVX512
-        for (; j + 32 <= n8; j += 32) {  // four key blocks: four independent FMA chains
-          __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-          for (int d = 0; d < D; d++) {
-            __m256 qd = _mm256_set1_ps(q[d]);
-            const float* kr = kt.data() + (size_t)d * n8 + j;
-            a0 = _mm256_fmadd_ps(qd, _mm256_loadu_ps(kr), a0);
-            a1 = _mm256_fmadd_ps(qd, _mm256_loadu_ps(kr + 8), a1);
-            a2 = _mm256_fmadd_ps(qd, _mm256_loadu_ps(kr + 16), a2);
-            a3 = _mm256_fmadd_ps(qd, _mm256_loadu_ps(kr + 24), a3);
-          }
-          _mm256_storeu_ps(s.data() + j, a0);
-          _mm256_storeu_ps(s.data() + j + 8, a1);
-          _mm256_storeu_ps(s.data() + j + 16, a2);
-          _mm256_storeu_ps(s.data() + j + 24, a3);
+      for (int i = 0; i < n; i += QN) {
+        const int qn = std::min(QN, n - i);
+        const float* qs[QN];
+        float* os[QN];
+        for (int r = 0; r < qn; r++) {
+          qs[r] = base + (size_t)(i + r) * W + h * D;
+          os[r] = ob + (size_t)(i + r) * H;
         }
-        for (; j < n8; j += 8) {
-          __m256 a0 = _mm256_setzero_ps();
-          for (int d = 0; d < D; d++)
-            a0 = _mm256_fmadd_ps(_mm256_set1_ps(q[d]), _mm256_loadu_ps(kt.data() + (size_t)d * n8 + j), a0);
-          _mm256_storeu_ps(s.data() + j, a0);
+#if TARG_AVX2 || TARG_AVX512
+        switch (qn) {
+          case 4: attend_rows<4>(qs, os, kt.data(), n16, v.data(), n, D, scale, s.data()); break;
+          case 3: attend_rows<3>(qs, os, kt.data(), n16, v.data(), n, D, scale, s.data()); break;
+          case 2: attend_rows<2>(qs, os, kt.data(), n16, v.data(), n, D, scale, s.data()); break;
+          default: attend_rows<1>(qs, os, kt.data(), n16, v.data(), n, D, scale, s.data()); break;
         }
 #else
-        for (; j < n; j++) {
-          float a = 0;
-          for (int d = 0; d < D; d++) a += q[d] * kt[(size_t)d * n8 + j];
-          s[j] = a;
+        for (int r = 0; r < qn; r++) {
+          float* sr = s.data();
+          float mx = -INFINITY;
+          for (int j = 0; j < n; j++) {
+            float a = 0;
+            for (int d = 0; d < D; d++) a += qs[r][d] * kt[(size_t)d * n16 + j];
+            mx = std::max(mx, sr[j] = a * scale);
+          }
+          float inv = 1.f / exp_sub_sum(sr, mx, sr, n);
+          for (int d = 0; d < D; d++) {
+            float a = 0;
+            for (int j = 0; j < n; j++) a += sr[j] * v[(size_t)j * D + d];
+            os[r][d] = a * inv;
+          }
         }
 #endif
-        float mx = -INFINITY;
-        for (j = 0; j < n; j++) mx = std::max(mx, s[j] *= scale);
-        float sum = exp_sub_sum(s.data(), mx, s.data(), n);
-        float inv = 1.f / sum;
-        int d = 0;
-#if TARG_AVX2 || TARG_AVX512
-        for (; d + 16 <= D; d += 16) {  // two key parities: independent chains
-          __m256 e0 = _mm256_setzero_ps(), e1 = e0, f0 = e0, f1 = e0;
-          int jj = 0;
-          for (; jj + 2 <= n; jj += 2) {
-            __m256 p0 = _mm256_set1_ps(s[jj]), p1 = _mm256_set1_ps(s[jj + 1]);
-            const float* v0 = v.data() + (size_t)jj * D + d;
-            e0 = _mm256_fmadd_ps(p0, _mm256_loadu_ps(v0), e0);
-            e1 = _mm256_fmadd_ps(p0, _mm256_loadu_ps(v0 + 8), e1);
-            f0 = _mm256_fmadd_ps(p1, _mm256_loadu_ps(v0 + D), f0);
-            f1 = _mm256_fmadd_ps(p1, _mm256_loadu_ps(v0 + D + 8), f1);
-          }
-          if (jj < n) {
-            __m256 p0 = _mm256_set1_ps(s[jj]);
-            const float* v0 = v.data() + (size_t)jj * D + d;
-            e0 = _mm256_fmadd_ps(p0, _mm256_loadu_ps(v0), e0);
-            e1 = _mm256_fmadd_ps(p0, _mm256_loadu_ps(v0 + 8), e1);
-          }
-          __m256 iv = _mm256_set1_ps(inv);
-          _mm256_storeu_ps(o + d, _mm256_mul_ps(_mm256_add_ps(e0, f0), iv));
-          _mm256_storeu_ps(o + d + 8, _mm256_mul_ps(_mm256_add_ps(e1, f1), iv));
-        }
-#endif
-        for (; d < D; d++) {
-          float a = 0;
-          for (int jj = 0; jj < n; jj++) a += s[jj] * v[(size_t)jj * D + d];
-          o[d] = a * inv;
-        }
       }
     }
   };

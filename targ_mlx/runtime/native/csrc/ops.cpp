@@ -23,6 +23,7 @@
 
 #include "amx.h"
 #include "bert.h"
+#include "bf16gemm.h"
 #include "k4tiles.h"
 #include "k6tiles.h"
 #include "kquant.h"
@@ -956,6 +957,60 @@ array op_bidir_attention(const array& qkv_, const array& lengths, int heads, flo
                std::make_shared<BidirAttention>(cpu_stream(), heads, scale), {qkv, len});
 }
 
+// The encoder's bfloat16 products (bf16gemm.h): W packed once, x @ W + bias per call.
+array op_bf16_pack(const array& w_) {
+  array w = mx::contiguous(as_f32(w_), false, cpu_stream());
+  if (w.ndim() != 2 || w.shape(0) % 2 || w.shape(1) % 16)
+    throw std::invalid_argument("bf16_pack: W must be (K, N) with K even and N a multiple of 16");
+  mx::eval({w});
+  const int K = w.shape(0), N = w.shape(1);
+  std::vector<uint16_t> out((size_t)K * N);
+  targ::bf16_pack(w.data<float>(), K, N, out.data());
+  return array(out.begin(), {N / 16, K / 2, 32}, mx::uint16);
+}
+
+class Bf16Linear : public mx::UnaryPrimitive {
+ public:
+  Bf16Linear(mx::Stream s, bool has_bias, bool gelu) : UnaryPrimitive(s), bias_(has_bias), gelu_(gelu) {}
+  void eval_cpu(const std::vector<array>& in, array& out) override {
+    alloc(out);
+    auto& enc = mx::cpu::get_command_encoder(stream());
+    auto ins = weak(in);
+    enc.dispatch([ins = std::move(ins), out = array::unsafe_weak_copy(out), hb = bias_, gelu = gelu_]() mutable {
+      std::shared_ptr<std::vector<float>> hx;
+      const array& x = ins[0];
+      const int K = ins[1].shape(1) * 2, N = ins[1].shape(0) * 16;
+      targ::bf16_linear(contiguous_f32(x, hx), (int)(x.size() / K), K, ins[1].data<uint16_t>(), N,
+                        hb ? ins[2].data<float>() : nullptr, out.data<float>(), gelu);
+    });
+  }
+  void eval_gpu(const std::vector<array>&, array&) override { throw std::runtime_error("TargBf16Linear runs on the CPU only"); }
+  const char* name() const override { return "TargBf16Linear"; }
+  bool is_equivalent(const Primitive& o) const override {
+    auto& p = static_cast<const Bf16Linear&>(o);
+    return bias_ == p.bias_ && gelu_ == p.gelu_;
+  }
+ private:
+  bool bias_, gelu_;
+};
+
+array op_bf16_linear(const array& x_, const array& w, std::optional<array> bias, bool gelu) {
+  if (!targ::kBf16) throw std::invalid_argument("bf16_linear: this build has no AVX512-BF16 (bf16_products() is False)");
+  array x = as_f32(x_);
+  if (w.dtype() != mx::uint16 || w.ndim() != 3 || w.shape(2) != 32)
+    throw std::invalid_argument("bf16_linear: W must be bf16_pack's (N / 16, K / 2, 32) uint16");
+  const int K = w.shape(1) * 2, N = w.shape(0) * 16;
+  if (x.ndim() < 1 || x.shape(-1) != K) throw std::invalid_argument("bf16_linear: x's last dimension must be W's K");
+  auto shape = x.shape();
+  shape.back() = N;
+  std::vector<array> ins = {x, mx::contiguous(w, false, cpu_stream())};
+  if (bias) {
+    if (bias->ndim() != 1 || bias->shape(0) != N) throw std::invalid_argument("bf16_linear: bias must be (N,)");
+    ins.push_back(mx::contiguous(as_f32(*bias), false, cpu_stream()));
+  }
+  return array(shape, mx::float32, std::make_shared<Bf16Linear>(cpu_stream(), bias.has_value(), gelu), ins);
+}
+
 // ---------------------------------------------------------------------------------------------
 // AMX tiles (amx.h): the engine switch and the layout check.
 std::string set_amx(const std::string& mode) {
@@ -1021,6 +1076,11 @@ NB_MODULE(_targ_native, m) {
         nb::arg("residual") = nb::none(), "LayerNorm(x (+ residual)) * weight + bias over the last axis");
   m.def("bidir_attention", &op_bidir_attention, nb::arg("qkv"), nb::arg("lengths"), nb::arg("heads"), nb::arg("scale"),
         "softmax(scale q k^T) v per head over each row's first lengths[b] tokens; qkv (B, L, 3 H) -> (B, L, H)");
+  m.def("bf16_pack", &op_bf16_pack, nb::arg("w"), "W (K, N) float32 -> bfloat16 pairs for bf16_linear: (N/16, K/2, 32) uint16");
+  m.def("bf16_linear", &op_bf16_linear, nb::arg("x"), nb::arg("w"), nb::arg("bias") = nb::none(),
+        nb::arg("gelu") = false,
+        "x @ W (+ bias) (then GELU) with W from bf16_pack: bfloat16 products, float32 sums and out (AVX512-BF16 builds)");
+  m.def("bf16_products", [] { return targ::kBf16; }, "whether this build multiplies bfloat16 (AVX512-BF16)");
   m.def("simd", &simd_level);
   m.def("q4k_layout", [] { return std::string(targ::q4k_k4() ? "k4" : "tiles"); },
         "the nibble layout of Q4_K tiles in this process (gguf_blocks.q4k_tiles)");
