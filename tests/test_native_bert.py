@@ -103,3 +103,37 @@ def test_bf16_linear_with_gelu_is_gelu_of_the_product(N):
     b = mx.array(rng.normal(0, 1, 1552).astype(np.float32))
     plain = N.bf16_linear(x, w, b)
     np.testing.assert_array_equal(np.asarray(N.bf16_linear(x, w, b, gelu=True)), np.asarray(N.gelu(plain)))
+
+
+def _attention_bf16(qkv, n, heads):
+    """What bidir_attention(bf16=True) computes: q, k, v and the probabilities rounded to bfloat16,
+    products summed and the softmax taken in float32 (here float64)."""
+    L, W = qkv.shape
+    D = W // 3 // heads
+    out = np.zeros((L, W // 3))
+    for h in range(heads):
+        q, k, v = (_bf16(qkv[:n, (i * heads + h) * D:(i * heads + h + 1) * D]) for i in range(3))
+        s = q @ k.T / math.sqrt(D)
+        p = np.exp(s - s.max(1, keepdims=True))
+        out[:n, h * D:(h + 1) * D] = (_bf16(p.astype(np.float32)) @ v) / p.sum(1, keepdims=True)
+    return out
+
+
+@pytest.mark.parametrize("L", [5, 37, 70])  # below and above the 32-key block, odd key counts
+def test_bf16_attention_rounds_its_operands_and_still_stops_at_each_rows_length(N, L):
+    if not N.bf16_products():
+        pytest.skip(f"this build multiplies no bfloat16 ({N.simd()})")
+    rng = np.random.default_rng(L)
+    heads, D = 12, 32
+    qkv = rng.normal(0, 1, (3, L, 3 * heads * D)).astype(np.float32)
+    lengths = np.array([L, max(1, L - 4), 1], dtype=np.int32)
+    got = np.asarray(N.bidir_attention(mx.array(qkv), mx.array(lengths), heads, 1 / math.sqrt(D), bf16=True))
+    for b, n in enumerate(lengths):
+        # a probability whose float32 value sits on a bfloat16 rounding edge may round the other way
+        np.testing.assert_allclose(got[b], _attention_bf16(qkv[b], n, heads), atol=1e-3)
+        assert not got[b, n:].any()
+    assert np.abs(got[0] - _attention(qkv[0], L, heads)).max() > 3e-3  # bfloat16 ran, not float32
+    noisy = qkv.copy()
+    noisy[1, lengths[1]:] = 1e3
+    again = np.asarray(N.bidir_attention(mx.array(noisy), mx.array(lengths), heads, 1 / math.sqrt(D), bf16=True))
+    np.testing.assert_array_equal(again, got)

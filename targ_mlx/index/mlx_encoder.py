@@ -62,10 +62,11 @@ def unusable(folder: Path | str, bf16: bool = False) -> str | None:
 class _Ops:
     """The three non-matmul layers: this project's CPU kernels, or MLX's own ops elsewhere."""
 
-    def __init__(self):
+    def __init__(self, bf16: bool = False):
         import mlx.core as mx
 
         self.mx = mx
+        self.bf16 = bf16  # the kernels' attention in bfloat16 too, as torch's autocast runs it
         self.k = None
         if sys.platform != "darwin" and mx.default_device() == mx.cpu:
             from targ_mlx.runtime import native
@@ -93,7 +94,7 @@ class _Ops:
     def attention(self, qkv, lengths, heads: int, scale: float):
         """qkv (B, L, 3H) -> (B, L, H) over each row's first lengths[b] tokens."""
         if self.k is not None:
-            return self.k.bidir_attention(qkv, lengths, heads, scale)
+            return self.k.bidir_attention(qkv, lengths, heads, scale, bf16=self.bf16)
         mx = self.mx
         B, L, W = qkv.shape
         q, k, v = qkv.reshape(B, L, 3, heads, W // 3 // heads).transpose(2, 0, 3, 1, 4)
@@ -144,7 +145,7 @@ class MlxBert:
                 "down_w": t("output.dense"), "down_b": w[p + "output.dense.bias"],
                 "ln2": (w[p + "output.LayerNorm.weight"], w[p + "output.LayerNorm.bias"]),
             })
-        self.ops = _Ops()
+        self.ops = _Ops(bf16)
         if bf16:  # each product's weight as bfloat16 pairs, once; the float32 copy is dropped
             for lay in self.layers:
                 for name in ("qkv_w", "o_w", "up_w", "down_w"):

@@ -132,9 +132,147 @@ inline void bf16_linear(const float* x, int M, int K, const uint16_t* w, int N, 
     }
   });
 }
+// Bidirectional attention with bfloat16 products (what torch's autocast runs for a BERT's
+// attention): scores q k^T and the weighted sum p v each in `vdpbf16ps`, softmax in float32.
+// Same contract as bert.h's bidir_attention; head_dim 32 or 64 (MiniLM: 32).
+//   keys as [D / 2][n32][2] (pairs along the head dimension, 32 keys a block),
+//   values as [n / 2][D][2] (pairs along the keys), probabilities rounded to bfloat16 pairs.
+template <int QN, int DB>
+inline void bf16_attend_rows(const uint16_t* const* q, float* const* o, const uint16_t* kp, int n32,
+                             const uint16_t* vp, int n, float scale, float* s, uint16_t* pb) {
+  constexpr int D = DB * 16;
+  for (int j = 0; j < n32; j += 32) {
+    __m512 acc[QN][2];
+    for (int r = 0; r < QN; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    for (int d2 = 0; d2 < D / 2; d2++) {
+      const uint16_t* kr = kp + ((size_t)d2 * n32 + j) * 2;
+      __m512bh k0 = (__m512bh)_mm512_loadu_si512(kr), k1 = (__m512bh)_mm512_loadu_si512(kr + 32);
+      for (int r = 0; r < QN; r++) {
+        int32_t pair;
+        std::memcpy(&pair, q[r] + 2 * d2, 4);
+        __m512bh qd = (__m512bh)_mm512_set1_epi32(pair);
+        acc[r][0] = _mm512_dpbf16_ps(acc[r][0], qd, k0);
+        acc[r][1] = _mm512_dpbf16_ps(acc[r][1], qd, k1);
+      }
+    }
+    for (int r = 0; r < QN; r++) {
+      _mm512_storeu_ps(s + (size_t)r * n32 + j, acc[r][0]);
+      _mm512_storeu_ps(s + (size_t)r * n32 + j + 16, acc[r][1]);
+    }
+  }
+  const int n2 = (n + 1) / 2;
+  float inv[QN];
+  const __m512 sc = _mm512_set1_ps(scale);
+  for (int r = 0; r < QN; r++) {
+    float* sr = s + (size_t)r * n32;
+    __m512 top = _mm512_set1_ps(-INFINITY);
+    for (int j = 0; j < n; j += 16) {
+      const __mmask16 m = n - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j)) - 1);
+      __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, sr + j), sc);
+      _mm512_mask_storeu_ps(sr + j, m, v);
+      top = _mm512_mask_max_ps(top, m, top, v);
+    }
+    inv[r] = 1.f / exp_sub_sum(sr, _mm512_reduce_max_ps(top), sr, n);
+    uint16_t* pr = pb + (size_t)r * n32;  // past n: what the block held; only pr[n] is read, zeroed
+    for (int j = 0; j < n; j += 16)
+      _mm256_storeu_si256((__m256i*)(pr + j), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(sr + j)));
+    if (n & 1) pr[n] = 0;
+  }
+  __m512 acc[QN][DB];
+  for (int r = 0; r < QN; r++)
+    for (int b = 0; b < DB; b++) acc[r][b] = _mm512_setzero_ps();
+  for (int j2 = 0; j2 < n2; j2++) {
+    __m512bh vv[DB];
+    for (int b = 0; b < DB; b++) vv[b] = (__m512bh)_mm512_loadu_si512(vp + ((size_t)j2 * D + 16 * b) * 2);
+    for (int r = 0; r < QN; r++) {
+      int32_t pair;
+      std::memcpy(&pair, pb + (size_t)r * n32 + 2 * j2, 4);
+      __m512bh pj = (__m512bh)_mm512_set1_epi32(pair);
+      for (int b = 0; b < DB; b++) acc[r][b] = _mm512_dpbf16_ps(acc[r][b], pj, vv[b]);
+    }
+  }
+  for (int r = 0; r < QN; r++) {
+    __m512 iv = _mm512_set1_ps(inv[r]);
+    for (int b = 0; b < DB; b++) _mm512_storeu_ps(o[r] + 16 * b, _mm512_mul_ps(acc[r][b], iv));
+  }
+}
+
+template <int DB>
+inline void bf16_attention_d(const float* qkv, const int32_t* lengths, int B, int L, int NH, float scale, float* out) {
+  constexpr int D = DB * 16, QN = 4;
+  const int H = NH * D, W = 3 * H;
+  parallel_range(B * NH, 1, 1, [&](int t0, int t1) {
+    std::vector<uint16_t> kp, vp, qb, pb;
+    std::vector<float> s;
+    for (int task = t0; task < t1; task++) {
+      const int bi = task / NH, h = task % NH;
+      const int n = std::max(0, std::min(L, (int)lengths[bi]));
+      const float* base = qkv + (size_t)bi * L * W;
+      float* ob = out + (size_t)bi * L * H + h * D;
+      for (int i = n; i < L; i++) std::memset(ob + (size_t)i * H, 0, D * sizeof(float));
+      if (n == 0) continue;
+      const int n32 = (n + 31) / 32 * 32, n2 = (n + 1) / 2;
+      kp.assign((size_t)D * n32, 0);
+      vp.assign((size_t)n2 * 2 * D, 0);
+      qb.resize((size_t)n * D);
+      s.resize((size_t)QN * n32);
+      pb.resize((size_t)QN * n32);
+      // q rows as bfloat16; each key's pairs (d, d + 1) to kp[d / 2][j]; values of keys j and
+      // j + 1 interleaved to vp[j / 2][d]. 32 values a conversion.
+      const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6,
+                                          37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+      const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+      auto bf32 = [](const float* x) { return (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + 16), _mm512_loadu_ps(x)); };
+      uint32_t* kp32 = reinterpret_cast<uint32_t*>(kp.data());
+      uint32_t* vp32 = reinterpret_cast<uint32_t*>(vp.data());
+      for (int j = 0; j < n; j++) {
+        const float* row = base + (size_t)j * W + h * D;
+        for (int d = 0; d < D; d += 32) {
+          _mm512_storeu_si512(qb.data() + (size_t)j * D + d, bf32(row + d));
+          alignas(64) uint32_t pairs[16];
+          _mm512_store_si512(pairs, bf32(row + H + d));
+          for (int p = 0; p < 16; p++) kp32[(size_t)(d / 2 + p) * n32 + j] = pairs[p];
+        }
+      }
+      for (int j = 0; j < n; j += 2) {
+        const float* v0 = base + (size_t)j * W + 2 * H + h * D;
+        for (int d = 0; d < D; d += 32) {
+          __m512i a = bf32(v0 + d), b = j + 1 < n ? bf32(v0 + W + d) : _mm512_setzero_si512();
+          _mm512_storeu_si512(vp32 + (size_t)(j / 2) * D + d, _mm512_permutex2var_epi16(a, lo, b));
+          _mm512_storeu_si512(vp32 + (size_t)(j / 2) * D + d + 16, _mm512_permutex2var_epi16(a, hi, b));
+        }
+      }
+      for (int i = 0; i < n; i += QN) {
+        const int qn = std::min(QN, n - i);
+        const uint16_t* qs[QN];
+        float* os[QN];
+        for (int r = 0; r < qn; r++) {
+          qs[r] = qb.data() + (size_t)(i + r) * D;
+          os[r] = ob + (size_t)(i + r) * H;
+        }
+        switch (qn) {
+          case 4: bf16_attend_rows<4, DB>(qs, os, kp.data(), n32, vp.data(), n, scale, s.data(), pb.data()); break;
+          case 3: bf16_attend_rows<3, DB>(qs, os, kp.data(), n32, vp.data(), n, scale, s.data(), pb.data()); break;
+          case 2: bf16_attend_rows<2, DB>(qs, os, kp.data(), n32, vp.data(), n, scale, s.data(), pb.data()); break;
+          default: bf16_attend_rows<1, DB>(qs, os, kp.data(), n32, vp.data(), n, scale, s.data(), pb.data()); break;
+        }
+      }
+    }
+  });
+}
+
+// false where the head dimension has no bfloat16 form here (the caller runs bert.h's).
+inline bool bf16_attention(const float* qkv, const int32_t* lengths, int B, int L, int NH, int D, float scale,
+                           float* out) {
+  if (D == 32) bf16_attention_d<2>(qkv, lengths, B, L, NH, scale, out);
+  else if (D == 64) bf16_attention_d<4>(qkv, lengths, B, L, NH, scale, out);
+  else return false;
+  return true;
+}
 #else
 constexpr bool kBf16 = false;
 inline void bf16_linear(const float*, int, int, const uint16_t*, int, const float*, float*, bool = false) {}
+inline bool bf16_attention(const float*, const int32_t*, int, int, int, int, float, float*) { return false; }
 #endif
 
 }  // namespace targ

@@ -923,30 +923,33 @@ array op_layer_norm(const array& x_, const array& w, const array& b, float eps, 
 
 class BidirAttention : public mx::UnaryPrimitive {
  public:
-  BidirAttention(mx::Stream s, int heads, float scale) : UnaryPrimitive(s), heads_(heads), scale_(scale) {}
+  BidirAttention(mx::Stream s, int heads, float scale, bool bf16)
+      : UnaryPrimitive(s), heads_(heads), scale_(scale), bf16_(bf16) {}
   void eval_cpu(const std::vector<array>& in, array& out) override {
     alloc(out);
     auto& enc = mx::cpu::get_command_encoder(stream());
     enc.dispatch([qkv = array::unsafe_weak_copy(in[0]), len = array::unsafe_weak_copy(in[1]),
-                  out = array::unsafe_weak_copy(out), heads = heads_, scale = scale_]() mutable {
+                  out = array::unsafe_weak_copy(out), heads = heads_, scale = scale_, bf16 = bf16_]() mutable {
       std::shared_ptr<std::vector<float>> h;
       const float* q = contiguous_f32(qkv, h);
       int B = qkv.shape(0), L = qkv.shape(1), D = qkv.shape(2) / 3 / heads;
-      targ::bidir_attention(q, len.data<int32_t>(), B, L, heads, D, scale, out.data<float>());
+      if (!(bf16 && targ::bf16_attention(q, len.data<int32_t>(), B, L, heads, D, scale, out.data<float>())))
+        targ::bidir_attention(q, len.data<int32_t>(), B, L, heads, D, scale, out.data<float>());
     });
   }
   void eval_gpu(const std::vector<array>&, array&) override { throw std::runtime_error("TargBidirAttention runs on the CPU only"); }
   const char* name() const override { return "TargBidirAttention"; }
   bool is_equivalent(const Primitive& o) const override {
     auto& p = static_cast<const BidirAttention&>(o);
-    return heads_ == p.heads_ && scale_ == p.scale_;
+    return heads_ == p.heads_ && scale_ == p.scale_ && bf16_ == p.bf16_;
   }
  private:
   int heads_;
   float scale_;
+  bool bf16_;
 };
 
-array op_bidir_attention(const array& qkv_, const array& lengths, int heads, float scale) {
+array op_bidir_attention(const array& qkv_, const array& lengths, int heads, float scale, bool bf16) {
   array qkv = as_f32(qkv_);
   if (qkv.ndim() != 3 || heads <= 0 || qkv.shape(2) % (3 * heads))
     throw std::invalid_argument("bidir_attention: qkv must be (B, L, 3 * heads * head_dim)");
@@ -954,7 +957,7 @@ array op_bidir_attention(const array& qkv_, const array& lengths, int heads, flo
     throw std::invalid_argument("bidir_attention: lengths must be (B,)");
   array len = mx::contiguous(mx::astype(lengths, mx::int32, cpu_stream()), false, cpu_stream());
   return array({qkv.shape(0), qkv.shape(1), qkv.shape(2) / 3}, mx::float32,
-               std::make_shared<BidirAttention>(cpu_stream(), heads, scale), {qkv, len});
+               std::make_shared<BidirAttention>(cpu_stream(), heads, scale, bf16 && targ::kBf16), {qkv, len});
 }
 
 // The encoder's bfloat16 products (bf16gemm.h): W packed once, x @ W + bias per call.
@@ -1075,7 +1078,9 @@ NB_MODULE(_targ_native, m) {
   m.def("layer_norm", &op_layer_norm, nb::arg("x"), nb::arg("weight"), nb::arg("bias"), nb::arg("eps"),
         nb::arg("residual") = nb::none(), "LayerNorm(x (+ residual)) * weight + bias over the last axis");
   m.def("bidir_attention", &op_bidir_attention, nb::arg("qkv"), nb::arg("lengths"), nb::arg("heads"), nb::arg("scale"),
-        "softmax(scale q k^T) v per head over each row's first lengths[b] tokens; qkv (B, L, 3 H) -> (B, L, H)");
+        nb::arg("bf16") = false,
+        "softmax(scale q k^T) v per head over each row's first lengths[b] tokens; qkv (B, L, 3 H) -> (B, L, H); "
+        "bf16: both products in bfloat16 where the build multiplies it and head_dim is 32 or 64");
   m.def("bf16_pack", &op_bf16_pack, nb::arg("w"), "W (K, N) float32 -> bfloat16 pairs for bf16_linear: (N/16, K/2, 32) uint16");
   m.def("bf16_linear", &op_bf16_linear, nb::arg("x"), nb::arg("w"), nb::arg("bias") = nb::none(),
         nb::arg("gelu") = false,
