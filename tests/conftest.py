@@ -8,7 +8,8 @@ bind_openblas()  # before any test module imports mlx.core, as the entry points 
 
 # Index builds encode in float32 on every CPU here, so that tests comparing stored cosines with
 # search-time ones hold to f16 rounding whichever CPU runs them; where a CPU multiplies bfloat16,
-# builds outside the tests use torch-bf16, which tests/test_index_encoder.py exercises by name.
+# builds and searches outside the tests use mlx-bf16 (torch-bf16 for builds on AMX), which
+# tests/test_index_encoder.py exercises by name.
 import os as _os
 
 _os.environ["TARG_MLX_ENCODER_BF16"] = "0"

@@ -32,9 +32,9 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     b.add_argument("--encoder", default=DEFAULT_ENCODER, help=f"sentence-transformers model (default: {DEFAULT_ENCODER})")
     b.add_argument("--backend", choices=BACKENDS,
                    help="encoder backend (default: the one an existing build in --out used, else torch-bf16 "
-                        "where the CPU multiplies bfloat16 (AVX512-BF16, AMX; 1.7x float32 on Zen 4, top-5 "
-                        "results 0.996 the same), else mlx where it runs, else torch: both float32, the same "
-                        "vectors; onnx-int8 is faster on AVX2 with top-5 results 0.875 the same)")
+                        "where the CPU has AMX-BF16, else mlx-bf16 where it has AVX512-BF16 (1.85x float32 on "
+                        "Zen 4, top-5 results 0.996 the same), else mlx where it runs, else torch: both "
+                        "float32, the same vectors; onnx-int8 is faster on AVX2 with top-5 results 0.875 the same)")
     b.add_argument("--dtype", choices=DTYPES, default="f16", help="stored vector type (default: f16)")
     b.add_argument("--limit", type=int, help="read at most N articles")
     b.add_argument("--connectivity", type=int, default=HnswParams.connectivity,

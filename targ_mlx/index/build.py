@@ -95,9 +95,9 @@ def build_index(
         commit_every: chunks encoded per call and committed per transaction (what a kill can lose).
         reuse: finished index folders (same encoder) whose vectors are taken for identical chunks
             instead of encoding them again.
-        backend: encoder backend, "mlx", "torch", "torch-bf16" or "onnx-int8"; None: that of the
-            index or unfinished build already in `out`, else `encoder.build_backend` (torch-bf16
-            where the CPU multiplies bfloat16, else mlx where it runs, else torch).
+        backend: encoder backend (`encoder.BACKENDS`); None: that of the index or unfinished
+            build already in `out`, else `encoder.build_backend` (torch-bf16 where the CPU has
+            AMX-BF16, else mlx-bf16 where the kernels multiply bfloat16, else mlx, else torch).
         bm25: also build the BM25 part (`lexical.py`) for lexical and hybrid search; an index
             already built without it gains it in place.
         dense: encode and store every passage's vector (the HNSW graph). False: a BM25-only

@@ -40,10 +40,10 @@ TORCH, TORCH_BF16, MLX, MLX_BF16, ONNX_INT8 = "torch", "torch-bf16", "mlx", "mlx
 BACKENDS = (MLX, MLX_BF16, TORCH, TORCH_BF16, ONNX_INT8)
 FLOAT32 = "float32"
 # Backends whose vectors agree with float32's share a family: an index built with one is searched
-# and extended with any of them. mlx vs torch: 1.6e-7 at most on 256 real chunks. torch-bf16:
-# passage cosine to float32 >= 0.99997, and an index of its vectors searched with float32 queries
-# keeps 0.996 of float32's top 5 (1,000 NQ-Open questions over 2,000 chunks; BENCHMARKS.md,
-# row "encoder: bfloat16"), above the 0.98 an index may lose. The int8 backend is opt-in: its top 5 matched
+# and extended with any of them. mlx vs torch: 1.6e-7 at most on 256 real chunks. torch-bf16 and
+# mlx-bf16: passage cosine to float32 >= 0.99997, and an index of their vectors searched with
+# float32 queries keeps 0.996 of float32's top 5 (1,000 NQ-Open questions over 2,000 chunks;
+# BENCHMARKS.md, rows "encoder: bfloat16"), above the 0.98 an index may lose. The int8 backend is opt-in: its top 5 matched
 # float32's for only 0.875 of NQ-Open questions, so it is a family of its own.
 _FAMILY = {TORCH: FLOAT32, TORCH_BF16: FLOAT32, MLX: FLOAT32, MLX_BF16: FLOAT32, ONNX_INT8: ONNX_INT8}
 def prefixes_for(name: str) -> tuple[str, str]:

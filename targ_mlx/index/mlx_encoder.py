@@ -113,8 +113,8 @@ class MlxBert:
         folder = Path(folder)
         why = unusable(folder, bf16)
         if why:
-            name = BACKEND_BF16 if bf16 else BACKEND
-            raise ValueError(f"the {name} encoder backend cannot run here: {why}; fix: use --backend torch")
+            name, fix = (BACKEND_BF16, BACKEND) if bf16 else (BACKEND, "torch")
+            raise ValueError(f"the {name} encoder backend cannot run here: {why}; fix: use --backend {fix}")
         cfg = json.loads((folder / "config.json").read_text())
         st = folder / "sentence_bert_config.json"
         max_len = json.loads(st.read_text()).get("max_seq_length", 512) if st.is_file() else 512
