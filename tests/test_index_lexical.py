@@ -274,3 +274,30 @@ def test_a_fused_search_in_the_index_returns_what_fusing_its_full_rankings_retur
                 assert [p.score for p in got] == pytest.approx([p.score for p in want], abs=1e-6)
                 assert [p.bm25 for p in got] == pytest.approx([p.bm25 for p in want], abs=1e-6)
                 assert all(p.text for p in got)
+
+
+def test_a_bm25_only_index_encodes_a_passage_once_and_keeps_what_a_new_encode_gives(small_index_corpus,
+                                                                                  small_index_questions, tmp_path):
+    """A BM25-only index encodes the passages a search returns (hybrid: BM25's top 20) for their
+    cosine; a chat's follow-ups find many of the same, so their vectors are kept. A question asked
+    again encodes nothing, gets the cosines a search that keeps none gets, and the kept ones stay
+    within their bound, the most recent kept."""
+    idx = build_index([str(small_index_corpus)], tmp_path / "lex", dense=False)
+    r, fresh = open_indexes([idx], retriever="hybrid"), open_indexes([idx], retriever="hybrid")
+    part, cold = r.parts[0][0], fresh.parts[0][0]
+    cold.kept_vectors = 0
+    qs = [q["question"] for q in small_index_questions[:5]]
+    first = r.search(qs[0], 5)
+    kept = dict(part._kept)
+    assert len(kept) == 20 and {p.key for p in first} <= set(kept)
+    again = r.search(qs[0], 5)
+    assert all(part._kept[k] is v for k, v in kept.items())  # served, not encoded and stored again
+    want = fresh.search(qs[0], 5)
+    assert [p.key for p in again] == [p.key for p in first] == [p.key for p in want]
+    assert [p.score for p in again] == pytest.approx([p.score for p in want], abs=1e-6)
+    assert not cold._kept
+    part.kept_vectors = 7
+    for q in qs[1:]:
+        r.search(q, 5)
+    last_20 = {p.key for p in open_indexes([idx], retriever="bm25").search(qs[-1], 20)}
+    assert len(part._kept) == 7 and set(part._kept) <= last_20  # the last search's, the older ones gone

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Sequence
 
@@ -29,6 +30,12 @@ from targ_mlx.index.store import (
 )
 from targ_mlx.retrieval import Passage, check_k
 
+# Passages of a BM25-only index whose vectors, encoded at search time, are kept (the most
+# recently used; 6 MB at 384-d): a chat's follow-ups and a server's similar questions find many of
+# the same passages, and encoding them is most of such a search.
+KEPT_VECTORS = 4096
+
+
 class IndexRetriever(QueryEncoding):
     """Top-k passages from an on-disk index; thread-safe for concurrent searches."""
 
@@ -39,6 +46,8 @@ class IndexRetriever(QueryEncoding):
         self.index = index
         self._encoder = encoder
         self._lock = threading.Lock()
+        self.kept_vectors = KEPT_VECTORS  # 0: encode every time (bench_kept_vectors.py's "off")
+        self._kept: OrderedDict[int, np.ndarray] = OrderedDict()
         uri = f"file:{(self.path / PASSAGES).resolve()}?mode=ro&immutable=1"
         try:
             self._db = sqlite3.connect(uri, uri=True, check_same_thread=False)
@@ -76,10 +85,29 @@ class IndexRetriever(QueryEncoding):
         them to give a passage only BM25 found its cosine. A BM25-only index stores none: its
         passages are encoded now, as the build would have (a few per search)."""
         if self.index is None:
-            rows = self.passages(keys)
-            return self.encoder.encode_passages([rows[k][0] for k in keys], [rows[k][1] for k in keys])
+            return self._encoded(keys)
         got = self.index.get(np.asarray(keys, dtype=np.uint64))
         return np.atleast_2d(np.asarray(got, dtype=np.float32)).reshape(len(keys), -1)
+
+    def _encoded(self, keys: Sequence[int]) -> np.ndarray:
+        """Vectors of a BM25-only index's passages: those kept from earlier searches, the others
+        encoded now and kept. A passage's vector does not depend on what it is encoded beside (each
+        row of a batch is computed on its own tokens), so a kept one is what a new encode gives."""
+        keep = self.kept_vectors
+        with self._lock:
+            have = {k: self._kept[k] for k in keys if keep and k in self._kept}
+            for k in have:
+                self._kept.move_to_end(k)
+        new = [k for k in dict.fromkeys(keys) if k not in have]
+        if new:
+            rows = self.passages(new)
+            have.update(zip(new, self.encoder.encode_passages([rows[k][0] for k in new], [rows[k][1] for k in new])))
+            if keep:
+                with self._lock:
+                    self._kept.update((k, have[k]) for k in new)
+                    while len(self._kept) > keep:
+                        self._kept.popitem(last=False)
+        return np.stack([have[k] for k in keys]) if keys else np.zeros((0, self.encoder.dims), np.float32)
 
     def passages(self, keys: Sequence[int]) -> dict[int, tuple[str, str]]:
         """key -> (title, text) for the given chunk keys."""
