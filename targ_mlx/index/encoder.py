@@ -154,15 +154,6 @@ def _precision(enc: Encoder):
     return torch.autocast(enc.model.device.type, dtype=torch.bfloat16)
 
 
-def cpu_flags() -> set[str]:
-    """This CPU's flags (/proc/cpuinfo); empty off Linux (Macs encode with mlx on the GPU)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            return set(next((line for line in f if line.startswith("flags")), "").split(":", 1)[-1].split())
-    except OSError:
-        return set()
-
-
 def _bf16_wanted() -> bool:
     """TARG_MLX_ENCODER_BF16=0 keeps every encode in float32."""
     return os.environ.get("TARG_MLX_ENCODER_BF16", "1") != "0"
@@ -173,6 +164,8 @@ def build_backend(name: str | None) -> str:
     torch is installed (oneDNN multiplies in the tiles: ~85 chunks/s on 2 cores), else
     `default_backend`, which is mlx-bf16 on a CPU with AVX512-BF16 (as fast as torch-bf16 there,
     without torch's 4 s load). TARG_MLX_ENCODER_BF16=0 turns the bfloat16 choice off."""
+    from targ_mlx.runtime.native.build import cpu_flags
+
     if _bf16_wanted() and "amx_bf16" in cpu_flags() and _has_sentence_transformers():
         return TORCH_BF16
     return default_backend(name)

@@ -60,7 +60,8 @@ def unusable(folder: Path | str, bf16: bool = False) -> str | None:
 
 
 class _Ops:
-    """The three non-matmul layers: this project's CPU kernels, or MLX's own ops elsewhere."""
+    """The encoder's layers on this project's CPU kernels (the products: MLX's float32 ones, or the
+    kernels' bfloat16 ones for mlx-bf16), or on MLX's own ops elsewhere."""
 
     def __init__(self, bf16: bool = False):
         import mlx.core as mx

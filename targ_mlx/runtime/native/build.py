@@ -36,14 +36,16 @@ def _cxx() -> str:
     raise BuildError("no C++ compiler found; install one (Debian: apt-get install g++) or set CXX")
 
 
-def _cpu_flags() -> str:
+def cpu_flags() -> set[str]:
+    """This CPU's feature flags (/proc/cpuinfo's "flags" on x86, "Features" on Arm); empty where
+    there is no such file (a Mac)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith(("flags", "Features")):
-                return line.split(":", 1)[1].strip()
+                return set(line.split(":", 1)[1].split())
     except OSError:
         pass
-    return os.uname().machine
+    return set()
 
 
 def _paths() -> dict[str, Path]:
@@ -73,7 +75,7 @@ def cache_key() -> str:
         except md.PackageNotFoundError:
             h.update(f"{dist}=?".encode())
     h.update(sys.version.encode())
-    h.update(_cpu_flags().encode())
+    h.update((" ".join(sorted(cpu_flags())) or os.uname().machine).encode())
     h.update(os.environ.get("CXX", "").encode())
     h.update(_march().encode())
     h.update(" ".join(_defines()).encode())
