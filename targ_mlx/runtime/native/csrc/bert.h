@@ -163,6 +163,25 @@ inline void attend_rows(const float* const* q, float* const* o, const float* kt,
 }
 #endif
 
+// The tasks of a padded batch's attention (below, and bf16gemm.h's), one per (row, head) over the
+// pool: the outputs past a row's length zeroed, then fn(buffers, n, the row's qkv, the head's
+// first output, head) where the row has n > 0 tokens. One `Buffers` per range of tasks.
+template <class Buffers, class F>
+inline void for_each_row_head(const float* qkv, const int32_t* lengths, int B, int L, int NH, int D, float* out,
+                              const F& fn) {
+  const int H = NH * D;
+  parallel_range(B * NH, 1, 1, [&](int t0, int t1) {
+    Buffers buf;
+    for (int task = t0; task < t1; task++) {
+      const int bi = task / NH, h = task % NH;
+      const int n = std::max(0, std::min(L, (int)lengths[bi]));
+      float* ob = out + (size_t)bi * L * H + h * D;
+      for (int i = n; i < L; i++) std::memset(ob + (size_t)i * H, 0, D * sizeof(float));
+      if (n > 0) fn(buf, n, qkv + (size_t)bi * L * 3 * H, ob, h);
+    }
+  });
+}
+
 // Bidirectional attention for one batch of padded sequences.
 //   qkv (B, L, 3 * NH * D): each token's [q heads | k heads | v heads], as one linear makes them
 //   lengths (B): real tokens of each row; positions >= length are padding, attended by nobody
@@ -171,15 +190,11 @@ inline void bidir_attention(const float* qkv, const int32_t* lengths, int B, int
                             float* out) {
   constexpr int QN = 4;  // query rows a pass over the keys serves
   const int H = NH * D, W = 3 * H;
-  auto body = [&](int t0, int t1) {
+  struct Buffers {
     std::vector<float> kt, v, s;
-    for (int task = t0; task < t1; task++) {
-      const int bi = task / NH, h = task % NH;
-      const int n = std::max(0, std::min(L, (int)lengths[bi]));
-      const float* base = qkv + (size_t)bi * L * W;
-      float* ob = out + (size_t)bi * L * H + h * D;
-      for (int i = n; i < L; i++) std::memset(ob + (size_t)i * H, 0, D * sizeof(float));
-      if (n == 0) continue;
+  };
+  for_each_row_head<Buffers>(qkv, lengths, B, L, NH, D, out, [&](Buffers& buf, int n, const float* base, float* ob, int h) {
+      auto& [kt, v, s] = buf;
       const int n16 = (n + 15) / 16 * 16;
       kt.assign((size_t)D * n16, 0.f);  // keys transposed: kt[d * n16 + j] = k_j[d]
       v.resize((size_t)n * D);
@@ -222,9 +237,7 @@ inline void bidir_attention(const float* qkv, const int32_t* lengths, int B, int
         }
 #endif
       }
-    }
-  };
-  parallel_range(B * NH, 1, 1, body);
+  });
 }
 
 }  // namespace targ

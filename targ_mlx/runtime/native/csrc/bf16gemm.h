@@ -201,16 +201,12 @@ template <int DB>
 inline void bf16_attention_d(const float* qkv, const int32_t* lengths, int B, int L, int NH, float scale, float* out) {
   constexpr int D = DB * 16, QN = 4;
   const int H = NH * D, W = 3 * H;
-  parallel_range(B * NH, 1, 1, [&](int t0, int t1) {
+  struct Buffers {
     std::vector<uint16_t> kp, vp, qb, pb;
     std::vector<float> s;
-    for (int task = t0; task < t1; task++) {
-      const int bi = task / NH, h = task % NH;
-      const int n = std::max(0, std::min(L, (int)lengths[bi]));
-      const float* base = qkv + (size_t)bi * L * W;
-      float* ob = out + (size_t)bi * L * H + h * D;
-      for (int i = n; i < L; i++) std::memset(ob + (size_t)i * H, 0, D * sizeof(float));
-      if (n == 0) continue;
+  };
+  for_each_row_head<Buffers>(qkv, lengths, B, L, NH, D, out, [&](Buffers& buf, int n, const float* base, float* ob, int h) {
+      auto& [kp, vp, qb, pb, s] = buf;
       const int n32 = (n + 31) / 32 * 32, n2 = (n + 1) / 2;
       kp.assign((size_t)D * n32, 0);
       vp.assign((size_t)n2 * 2 * D, 0);
@@ -257,7 +253,6 @@ inline void bf16_attention_d(const float* qkv, const int32_t* lengths, int B, in
           default: bf16_attend_rows<1, DB>(qs, os, kp.data(), n32, vp.data(), n, scale, s.data(), pb.data()); break;
         }
       }
-    }
   });
 }
 
