@@ -50,6 +50,8 @@ def _run(args: argparse.Namespace) -> int:
         print(f"K-quant forms: Q4_K tiles in the {native.q4k_layout()} layout; Q6_K in {native.q6k_layout()}"
               f" ({native.q6k_kernel()} row kernel)")
         print(f"AMX tiles: {native.module().amx_status()}")
+        bf16 = "yes: the encoder's mlx-bf16" if native.module().bf16_products() else f"no ({native.module().simd()} build)"
+        print(f"bfloat16 products (AVX512-BF16): {bf16}")
     return 0
 
 
