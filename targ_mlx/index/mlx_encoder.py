@@ -56,6 +56,8 @@ def unusable(folder: Path | str, bf16: bool = False) -> str | None:
         return f"the CPU kernels are unavailable ({native.status()})"
     if bf16 and not native.module().bf16_products():
         return f"the CPU kernels were built without AVX512-BF16 ({native.module().simd()})"
+    if bf16 and (cfg["hidden_size"] % 16 or cfg["intermediate_size"] % 16):
+        return "its widths are not multiples of 16, which bfloat16 pairs in 16 lanes need"
     return None
 
 
