@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -223,3 +224,19 @@ def test_an_index_built_in_bf16_is_searched_with_float32_queries(small_index_cor
     same = [len({p.key for p in r.search(q["question"], 5)} & {p.key for p in ref.search(q["question"], 5)})
             for q in small_index_questions[:12]]
     assert sum(same) >= 0.95 * 5 * len(same), same  # 0.996 of float32's top 5 on 1,000 questions
+
+
+def test_mlx_bf16_declines_a_bert_whose_widths_it_cannot_pair(tmp_path):
+    """bfloat16 pairs fill 16 lanes: a BERT 390 wide is declined with a reason (default_backend then
+    picks mlx) rather than failing when its weights are packed."""
+    from targ_mlx.index.mlx_encoder import unusable
+
+    src = Path(resolve_model(DEFAULT_ENCODER))
+    if unusable(src, bf16=True):
+        pytest.skip(unusable(src, bf16=True))
+    odd = tmp_path / "odd-bert"
+    shutil.copytree(src / "1_Pooling", odd / "1_Pooling")
+    (odd / "model.safetensors").symlink_to(src / "model.safetensors")
+    cfg = json.loads((src / "config.json").read_text())
+    (odd / "config.json").write_text(json.dumps({**cfg, "hidden_size": 390}))
+    assert "multiples of 16" in unusable(odd, bf16=True) and unusable(odd) is None
