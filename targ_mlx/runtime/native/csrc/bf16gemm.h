@@ -1,6 +1,7 @@
-// bfloat16 matrix products for the sentence encoder: out = x @ W + bias, x float32 (M, K),
-// W packed once as bfloat16, sums in float32 (`vdpbf16ps`, AVX512-BF16: Zen 4, Intel Cooper
-// Lake and later). What torch's bfloat16 autocast computes for a Linear, without torch.
+// bfloat16 matrix products and attention for the sentence encoder (the `mlx-bf16` backend):
+// out = x @ W + bias, x float32 (M, K), W packed once as bfloat16, sums in float32 (`vdpbf16ps`,
+// AVX512-BF16: Zen 4, Intel Cooper Lake and later), and bf16_attention below. What torch's
+// bfloat16 autocast computes for a BERT's Linear and attention, without torch.
 //
 // Why: the encoder's float32 products run at OpenBLAS's float32 peak and take ~60% of an
 // encode; `vdpbf16ps` does two multiply-adds a lane where an FMA does one. Each output element
