@@ -189,9 +189,9 @@ def family(backend: str) -> str:
 
 def default_backend(name: str | None) -> str:
     """The float32-family backend for `name` here: mlx-bf16 where the CPU kernels multiply bfloat16
-    (1.5x mlx's chunks/s on 2 Zen 4 cores, recall@5 of float32's top 5 0.994: BENCHMARKS.md, row
-    "encoder: bfloat16"), else mlx where it runs (a local BERT, on a Mac or on the CPU kernels with
-    OpenBLAS), else torch. Its first call may build the CPU kernels."""
+    (1.85x mlx's chunks/s on 2 Zen 4 cores, recall@5 of float32's top 5 0.994: BENCHMARKS.md,
+    row "encoder: bfloat16 on the kernels"), else mlx where it runs (a local BERT, on a Mac or on
+    the CPU kernels with OpenBLAS), else torch. Its first call may build the CPU kernels."""
     from targ_mlx.index.mlx_encoder import unusable
 
     folder = resolve_model(canonical_name(name or DEFAULT_ENCODER))

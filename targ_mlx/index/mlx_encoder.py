@@ -153,7 +153,6 @@ class MlxBert:
             for lay in self.layers:
                 for name in ("qkv_w", "o_w", "up_w", "down_w"):
                     lay[name] = self.ops.k.bf16_pack(lay[name])
-        self.bf16 = bf16
         mx.eval(self.emb, self.layers)
         self.hidden = int(cfg["hidden_size"])
         self.mx = mx
