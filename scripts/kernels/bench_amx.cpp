@@ -1,5 +1,6 @@
 // AMX tiles (amx.h) against the VNNI kernels on the same random Q4_K / Q6_K tiles, in one
-// process, best of alternating calls; checks that both give the same bits.
+// process, best of alternating calls, each set beside one core's tile peak measured just before
+// it (with more threads the share is of one core's peak); checks that both give the same bits.
 //
 //   g++ -std=gnu++20 -O3 -march=native -Itarg_mlx/runtime/native/csrc scripts/kernels/bench_amx.cpp -o /tmp/bench_amx -lpthread
 //   /tmp/bench_amx q4k|q6k|q4 N K M [reps [amx|vnni]]      # e.g. q4k 17920 1536 256 20; TARG_MLX_THREADS=1 for one core
@@ -21,6 +22,29 @@ static double now() {
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
   }
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// One core's tile peak right now: TDPBSSD on tiles held in registers, random bytes (the VM's
+// rates halve for minutes at a time, so each rep's kernel time is set beside the peak measured
+// next to it, and the share of the peak is what compares across runs).
+static double tile_peak() {
+  if (!amx_grant().ok) return 1e-9;  // (asks the kernel for the tile data first)
+  alignas(64) static int8_t buf[2][1024];
+  for (int i = 0; i < 1024; i++) buf[0][i] = (int8_t)(i * 37 % 251), buf[1][i] = (int8_t)(i * 101 % 241);
+  HwTiles::begin(tile_config(64));
+  HwTiles::load<4>(buf[0], 64);
+  HwTiles::load<5>(buf[1], 64);
+  const int n = 20000;
+  const double a = now();
+  for (int i = 0; i < n; i++) {
+    HwTiles::dp<0, 4, 5, true>();
+    HwTiles::dp<1, 4, 5, true>();
+    HwTiles::dp<2, 4, 5, true>();
+    HwTiles::dp<3, 4, 5, true>();
+  }
+  const double dt = now() - a;
+  HwTiles::end();
+  return 4.0 * n * 16384 / dt / 1e9;  // G int8 multiply-adds a second
 }
 
 int main(int argc, char** argv) {
@@ -54,16 +78,23 @@ int main(int argc, char** argv) {
   auto amx = [&] { amx_mode() = kAmxHw; amx_gemm(W, x.data(), M, y1.data(), N, nullptr, nullptr); };
   std::vector<std::pair<const char*, std::function<void()>>> vs = {{"vnni", vnni}, {"amx", amx}};
   if (argc > 6) vs.erase(vs.begin() + (std::string(argv[6]) == "amx" ? 0 : 1));  // one engine (for perf)
-  std::vector<double> best(vs.size(), 1e9);
+  std::vector<double> best(vs.size(), 1e9), share(vs.size(), 0);
+  double peak = 0;
   for (int it = 0; it < reps; it++)
     for (size_t v = 0; v < vs.size(); v++) {
+      const double p = tile_peak();
       double a = now();
       vs[v].second();
-      best[v] = std::min(best[v], now() - a);
+      const double dt = now() - a;
+      best[v] = std::min(best[v], dt);
+      peak = std::max(peak, p);
+      share[v] = std::max(share[v], (double)M * N * K / dt / 1e9 / p);  // of the peak beside it
     }
   const double gmac = (double)M * N * K / 1e9;
   std::printf("%s N=%d K=%d M=%d threads=%d (%s): ", argv[1], N, K, M, pool().size(), cpu_clock() ? "thread CPU time" : "wall");
-  for (size_t v = 0; v < vs.size(); v++) std::printf("%s %.3f ms %.0f GMAC/s  ", vs[v].first, best[v] * 1e3, gmac / best[v]);
+  std::printf("tile peak %.0f G; ", peak);
+  for (size_t v = 0; v < vs.size(); v++)
+    std::printf("%s %.3f ms %.0f GMAC/s (%.0f%% of the peak beside it)  ", vs[v].first, best[v] * 1e3, gmac / best[v], 100 * share[v]);
   if (vs.size() < 2) return std::printf("\n"), 0;
   std::printf("amx/vnni speed %.2fx, %s\n", best[0] / best[1],
               std::memcmp(y0.data(), y1.data(), y0.size() * 4) ? "results DIFFER" : "same bits");

@@ -211,7 +211,7 @@ void amx_rows(const QMat& W, const Xs& X, const int8_t* pa, int M16, int t0, int
               const float* residual, const float* bias, Block block) {
   amx_row_blocks<T, KB, 8>(
       W, M16, t0, t1, y, ldy, residual, bias, 1 << 20, [&](int t, uint8_t* wb) { unpack_tile(W, t, wb, true); },
-      [&](int t, uint8_t* wb, int m, float* acc) { block(W, t, wb, X, pa + (size_t)m * W.K, m, acc); });
+      [&](int t, uint8_t* wb, int m, int, float* acc) { block(W, t, wb, X, pa + (size_t)m * W.K, m, acc); });
 }
 
 // Rows from m on (a view of the activations and outputs, for the VNNI kernels' rest).
