@@ -46,6 +46,29 @@ def find_openblas() -> str | None:
     return None
 
 
+def _coretype() -> str | None:
+    """The kernel set OpenBLAS should take on an Intel CPU with AVX-512, unless the user chose one.
+
+    OpenBLAS picks its kernels by CPU model, and a release older than the CPU falls back to its
+    oldest (Debian 12's 0.3.21 takes the Xeon family 6 model 207 for a "Prescott", SSE3): float32
+    products ran 3.5x slower there (the encoder's `mlx` backend: 20 passages 2.6-4.0 s against
+    0.8-1.0 s with SkylakeX's, BENCHMARKS.md, row "OpenBLAS on a CPU newer than it"). Every Intel
+    CPU with these flags runs SkylakeX's kernels, which OpenBLAS itself gives the ones it knows
+    (Cooper Lake's float32 kernels are SkylakeX's), so the bits there do not change; AMD CPUs are
+    left to OpenBLAS (it knows Zen 4 by family, not model).
+    """
+    if os.environ.get("OPENBLAS_CORETYPE"):
+        return None
+    from targ_mlx.runtime.native.build import cpu_flags
+
+    try:
+        with open("/proc/cpuinfo") as f:
+            intel = any(line.startswith("vendor_id") and "GenuineIntel" in line for line in f)
+    except OSError:
+        return None
+    return "SkylakeX" if intel and {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd"} <= cpu_flags() else None
+
+
 def bind_openblas() -> str | None:
     """Load OpenBLAS globally if MLX's CPU backend would otherwise use reference BLAS."""
     global BLAS_PATH, BLAS_STATUS
@@ -71,6 +94,9 @@ def bind_openblas() -> str | None:
             stacklevel=3,
         )
         return None
+    coretype = _coretype()
+    if coretype:
+        os.environ["OPENBLAS_CORETYPE"] = coretype
     try:
         ctypes.CDLL(path, mode=os.RTLD_GLOBAL)
     except OSError as e:
