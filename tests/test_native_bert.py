@@ -68,10 +68,11 @@ def _bf16(a: np.ndarray) -> np.ndarray:
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16 << 16).astype(np.uint32).view(np.float32).astype(np.float64)
 
 
-@pytest.mark.parametrize("M,K,cols", [(13, 66, 64), (200, 384, 1152), (3, 1536, 16)])
+@pytest.mark.parametrize("M,K,cols", [(13, 66, 64), (200, 384, 1152), (3, 1536, 16), (53, 384, 48)])
 def test_bf16_linear_is_the_product_of_the_bfloat16_roundings(N, M, K, cols):
     """Every row and column is x's and W's values rounded to bfloat16 and summed in float32: rows
-    not a multiple of the 8-row tile, columns not of the 48-column one (13 rows, 64 = 48 + 16)."""
+    not a multiple of the 8-row tile, columns not of the 48-column one (13 rows, 64 = 48 + 16); on
+    AMX-BF16 tiles rows not of 32 or 16 (53 = 32 + 16 + 5 zero-padded), columns not of 32."""
     if not N.bf16_products():
         pytest.skip(f"this build multiplies no bfloat16 ({N.simd()})")
     rng = np.random.default_rng(M)
@@ -84,8 +85,28 @@ def test_bf16_linear_is_the_product_of_the_bfloat16_roundings(N, M, K, cols):
     # and not the float32 product: the rounding shows at this tolerance
     assert np.max(np.abs(x.astype(np.float64) @ w + b - want)) > 2e-5 * math.sqrt(K)
     # a row's result does not depend on the rows beside it
-    one = np.asarray(N.bf16_linear(mx.array(x[M - 1:]), N.bf16_pack(mx.array(w)), mx.array(b)))
-    np.testing.assert_array_equal(one[0], got[M - 1])
+    for i in sorted({0, min(17, M - 1), min(33, M - 1), M - 1}):
+        one = np.asarray(N.bf16_linear(mx.array(x[i:i + 1]), N.bf16_pack(mx.array(w)), mx.array(b)))
+        np.testing.assert_array_equal(one[0], got[i])
+
+
+def test_bf16_linear_on_amx_tiles_gives_the_vdpbf16ps_products(N):
+    """Where AMX-BF16 tiles are granted bf16_linear multiplies on them (set_amx("vnni") keeps
+    vdpbf16ps): the same products of bfloat16 values, summed in another order."""
+    if not N.bf16_products() or not N.amx_status().startswith("on"):
+        pytest.skip(f"no AMX tiles here: {N.amx_status()}")
+    rng = np.random.default_rng(5)
+    x = mx.array(rng.normal(0, 1, (53, 1536)).astype(np.float32))
+    w = N.bf16_pack(mx.array(rng.normal(0, 0.05, (1536, 400)).astype(np.float32)))
+    b = mx.array(rng.normal(0, 1, 400).astype(np.float32))
+    try:
+        N.set_amx("vnni")
+        want = np.asarray(N.bf16_linear(x, w, b, gelu=True))
+    finally:
+        N.set_amx("amx")
+    got = np.asarray(N.bf16_linear(x, w, b, gelu=True))
+    np.testing.assert_allclose(got, want, atol=1e-5 * math.sqrt(1536))
+    assert not np.array_equal(got, want)  # the tiles ran, not the vdpbf16ps path
 
 
 def test_bf16_pack_refuses_a_shape_it_cannot_pair_in_one_line(N):

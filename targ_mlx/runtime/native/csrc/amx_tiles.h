@@ -197,6 +197,23 @@ struct HwTiles {
     TARG_TILE_EACH(T, TARG_OP);
 #undef TARG_OP
   }
+#if defined(__AMX_BF16__)
+  // C += A B over bfloat16 pairs (TDPBF16PS, float32 sums): C in 0..3, A in {4, 6}, B in {5, 7}
+  template <int C, int A, int B>
+  static void dpbf16() {
+    static_assert(C >= 0 && C < 4 && (A == 4 || A == 6) && (B == 5 || B == 7), "tile triple");
+#define TARG_DP2(c)                                                  \
+  if constexpr (A == 4 && B == 5) _tile_dpbf16ps(c, 4, 5);           \
+  else if constexpr (A == 4 && B == 7) _tile_dpbf16ps(c, 4, 7);      \
+  else if constexpr (A == 6 && B == 5) _tile_dpbf16ps(c, 6, 5);      \
+  else _tile_dpbf16ps(c, 6, 7)
+    if constexpr (C == 0) { TARG_DP2(0); }
+    else if constexpr (C == 1) { TARG_DP2(1); }
+    else if constexpr (C == 2) { TARG_DP2(2); }
+    else { TARG_DP2(3); }
+#undef TARG_DP2
+  }
+#endif
 };
 #undef TARG_TILE_EACH
 #endif

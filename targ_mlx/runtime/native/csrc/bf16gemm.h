@@ -17,6 +17,7 @@
 #include <cstring>
 #include <vector>
 
+#include "amx_tiles.h"
 #include "bert.h"
 #include "pool.h"
 
@@ -104,10 +105,61 @@ inline void bf16_rows_of(const float* x, int M, int K, uint16_t* out) {
   });
 }
 
+#if TARG_AMX && defined(__AMX_BF16__)
+#define TARG_AMX_BF16 1
+// The same product on AMX-BF16 tiles (TDPBF16PS): RB x 16 rows by CB x 16 columns, 32 k a tile
+// product. bf16_pack's W is already the B tile's layout (a column block's 16 pairs of k, 64
+// bytes each, one after another: 1 KB a tile); A tiles are 16 rows x 32 k of the bfloat16 rows.
+// Sums in float32 as vdpbf16ps makes them, in tile order, so the bits differ from bf16_tile's (the
+// same bfloat16 family: BENCHMARKS.md, row "encoder: bfloat16 on AMX tiles"). The bias and GELU
+// follow, on the rows while they are in L1; only the first `rows` are written (a block of fewer
+// than 16 rows goes through the tiles zero-padded, so that every row of every batch is summed by
+// the same instructions: a passage's vector does not depend on what it is batched with).
+template <int RB, int CB>
+inline void amx_bf16_block(const uint16_t* a, size_t lda, const uint16_t* w, size_t wblock, int K, const float* bias,
+                           float* c, size_t ldc, bool gelu, int rows = 16 * RB) {
+  alignas(64) float cb[4][256];
+  HwTiles::zero<0>();
+  if constexpr (CB == 2) HwTiles::zero<1>();
+  if constexpr (RB == 2) HwTiles::zero<2>();
+  if constexpr (RB == 2 && CB == 2) HwTiles::zero<3>();
+  for (int kb = 0; kb < K / 32; kb++) {
+    HwTiles::load<4>(a + (size_t)kb * 32, lda * 2);
+    if constexpr (RB == 2) HwTiles::load<6>(a + 16 * lda + (size_t)kb * 32, lda * 2);
+    HwTiles::load<5>(w + (size_t)kb * 512, 64);
+    HwTiles::dpbf16<0, 4, 5>();
+    if constexpr (RB == 2) HwTiles::dpbf16<2, 6, 5>();
+    if constexpr (CB == 2) {
+      HwTiles::load<7>(w + wblock + (size_t)kb * 512, 64);
+      HwTiles::dpbf16<1, 4, 7>();
+      if constexpr (RB == 2) HwTiles::dpbf16<3, 6, 7>();
+    }
+  }
+  HwTiles::store<0>(cb[0], 64);
+  if constexpr (CB == 2) HwTiles::store<1>(cb[1], 64);
+  if constexpr (RB == 2) HwTiles::store<2>(cb[2], 64);
+  if constexpr (RB == 2 && CB == 2) HwTiles::store<3>(cb[3], 64);
+  for (int r = 0; r < rows; r++)
+    for (int j = 0; j < CB; j++) {
+      __m512 v = _mm512_load_ps(cb[2 * (r / 16) + j] + (r % 16) * 16);
+      if (bias) v = _mm512_add_ps(v, _mm512_loadu_ps(bias + 16 * j));
+      float* o = c + (size_t)r * ldc + 16 * j;
+      _mm512_storeu_ps(o, v);
+      if (gelu) gelu_erf(o, 16, o);
+    }
+}
+
+// Whether bf16_linear multiplies on AMX-BF16 tiles: the tiles granted and not set off
+// (TARG_MLX_AMX=0, or set_amx("vnni") to time the vdpbf16ps path in one process), K whole tiles.
+inline bool amx_bf16_takes(int K) { return K % 32 == 0 && amx_mode().load(std::memory_order_relaxed) == kAmxHw; }
+#else
+inline bool amx_bf16_takes(int) { return false; }
+#endif
+
 // out (M, N) = x (M, K) @ W + bias (N, or null), then GELU where `gelu` (the encoder's up
 // projection: applied to each tile while it is in L1, not as a pass over the whole output).
 // Tasks are 96 rows x 192 columns: a task's W (192 columns x K bfloat16: 147 KB at K = 384,
-// 590 KB at 1,536) stays in L2 while its 8-row tiles pass over it.
+// 590 KB at 1,536) stays in L2 while its 8-row tiles (32-row blocks on AMX tiles) pass over it.
 inline void bf16_linear(const float* x, int M, int K, const uint16_t* w, int N, const float* bias, float* out,
                         bool gelu = false) {
   constexpr int kRows = 96, kCols = 192;
@@ -115,10 +167,45 @@ inline void bf16_linear(const float* x, int M, int K, const uint16_t* w, int N, 
   bf16_rows_of(x, M, K, a.data());
   const int K2 = K / 2, row_tasks = (M + kRows - 1) / kRows, col_tasks = (N + kCols - 1) / kCols;
   const size_t wblock = (size_t)K2 * 32;
+  const bool tiles = amx_bf16_takes(K);
   pool().run(row_tasks * col_tasks, [&](int t) {
     const int r0 = (t / col_tasks) * kRows, r1 = std::min(M, r0 + kRows);
     const int c0 = (t % col_tasks) * kCols, c1 = std::min(N, c0 + kCols);
-    for (int r = r0; r < r1; r += 8) {
+    int r = r0;
+#if TARG_AMX_BF16
+    if (tiles) {
+      HwTiles::begin(tile_config(64));
+      std::vector<uint16_t> pad;  // the last rows of a task, fewer than 16, zero-padded to 16
+      for (; r < r1; r += 32) {
+        const int rows = std::min(32, r1 - r);
+        const uint16_t* ar = a.data() + (size_t)r * K;
+        if (rows < 16) {
+          pad.assign((size_t)16 * K, 0);
+          std::memcpy(pad.data(), ar, (size_t)rows * K * 2);
+          ar = pad.data();
+        }
+        for (int c = c0; c < c1; c += 32) {
+          const uint16_t* wc = w + (size_t)(c / 16) * wblock;
+          const float* bc = bias ? bias + c : nullptr;
+          float* cr = out + (size_t)r * N + c;
+          const bool wide = c + 32 <= c1;
+          if (rows >= 32) {
+            if (wide) amx_bf16_block<2, 2>(ar, K, wc, wblock, K, bc, cr, N, gelu);
+            else amx_bf16_block<2, 1>(ar, K, wc, wblock, K, bc, cr, N, gelu);
+          } else {  // 16 rows and the rest one by one: 16..31 rows as a block of 16 and one padded
+            const int first = std::min(16, rows);
+            if (wide) amx_bf16_block<1, 2>(ar, K, wc, wblock, K, bc, cr, N, gelu, first);
+            else amx_bf16_block<1, 1>(ar, K, wc, wblock, K, bc, cr, N, gelu, first);
+          }
+        }
+        if (rows > 16 && rows < 32) r -= 32 - 16;  // the next pass takes rows r + 16 ..
+      }
+      HwTiles::end();
+    }
+#else
+    (void)tiles;
+#endif
+    for (; r < r1; r += 8) {
       const int mr = std::min(8, r1 - r);
       const uint16_t* ar = a.data() + (size_t)r * K;
       for (int c = c0; c < c1;) {
