@@ -59,14 +59,9 @@ def _coretype() -> str | None:
     """
     if os.environ.get("OPENBLAS_CORETYPE"):
         return None
-    from targ_mlx.runtime.native.build import cpu_flags
+    from targ_mlx.cpu import cpu_flags, intel
 
-    try:
-        with open("/proc/cpuinfo") as f:
-            intel = any(line.startswith("vendor_id") and "GenuineIntel" in line for line in f)
-    except OSError:
-        return None
-    return "SkylakeX" if intel and {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd"} <= cpu_flags() else None
+    return "SkylakeX" if intel() and {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd"} <= cpu_flags() else None
 
 
 def bind_openblas() -> str | None:

@@ -90,6 +90,31 @@ def test_the_tile_kernels_give_the_vnni_kernels_bits(N, M):
         N.set_amx("amx" if amx_granted(N) else "vnni")
 
 
+@pytest.mark.parametrize("M", [16, 37, 48, 64])
+def test_a_gate_up_product_finishes_as_swiglu_with_the_two_ops_bits(N, M):
+    """qlinear(swiglu=True) on a gate|up matrix (its up half 3 tiles after its gate half): SwiGLU
+    inside the tile products, rows past the last 16 on the VNNI kernel, as the product and then
+    the SwiGLU op give it, in every stored form."""
+    engine = tile_engine(N)
+    rng = np.random.default_rng(100 + M)
+    forms = {"Q4_K": gguf_blocks.q4k_tiles(random_blocks(rng, pack.Q4_K, 96, 512, 0.01)),
+             "Q6_K": gguf_blocks.q6k_tiles(random_blocks(rng, pack.Q6_K, 96, 512, 0.01))}
+    for bits in (4, 8):
+        vals = rng.integers(0, 2**bits, (96, 608))
+        s, b = rng.uniform(0.01, 0.02, (96, 19)).astype(np.float32), rng.uniform(-0.1, 0, (96, 19)).astype(np.float32)
+        forms[f"affine {bits}-bit"] = pack.from_values(vals, s, b, bits)
+    try:
+        for name, P in forms.items():
+            x = mx.array(rng.standard_normal((M, P.shape[1])).astype(np.float32))
+            for eng in ("vnni", engine):
+                N.set_amx(eng)
+                want = N.swiglu(N.qlinear(x, *P.args()))
+                got = N.qlinear(x, *P.args(), swiglu=True)
+                assert got.shape == (M, 48) and mx.array_equal(got, want), (name, eng)
+    finally:
+        N.set_amx("amx" if amx_granted(N) else "vnni")
+
+
 def _forward(N, engine, lm, model, tokens):
     N.set_amx(engine)
     cache = make_prompt_cache(model)

@@ -21,6 +21,8 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
+from targ_mlx.cpu import cpu_flags
+
 MODULE = "_targ_native"
 SRC = Path(__file__).resolve().parent / "csrc"
 
@@ -34,18 +36,6 @@ def _cxx() -> str:
         if cand and shutil.which(cand):
             return cand
     raise BuildError("no C++ compiler found; install one (Debian: apt-get install g++) or set CXX")
-
-
-def cpu_flags() -> set[str]:
-    """This CPU's feature flags (/proc/cpuinfo's "flags" on x86, "Features" on Arm); empty where
-    there is no such file (a Mac)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
 
 
 def _paths() -> dict[str, Path]:

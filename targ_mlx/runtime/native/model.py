@@ -303,8 +303,12 @@ class NativeLM:
             else:
                 a = N.attention(q, keys, values, self.scale, pad, hole)
             h = layer.o.linear(N, a, bias=layer.o_bias, residual=x)
-            gu = _qlinear(N, N.rms_norm(h, layer.norm_post, self.eps), layer.gate_up, layer.gate_up_bias)
-            x = layer.down.linear(N, N.swiglu(gu), bias=layer.down_bias, residual=h)
+            hn = N.rms_norm(h, layer.norm_post, self.eps)
+            if len(layer.gate_up) == 1 and layer.gate_up_bias is None:  # one gate|up matrix: SwiGLU in its product
+                s = layer.gate_up[0].linear(N, hn, swiglu=True)
+            else:
+                s = N.swiglu(_qlinear(N, hn, layer.gate_up, layer.gate_up_bias))
+            x = layer.down.linear(N, s, bias=layer.down_bias, residual=h)
         return N.rms_norm(x[:, -1:, :] if last else x, self.norm, self.eps)
 
     def head(self, h: mx.array) -> mx.array:

@@ -55,8 +55,10 @@ class Packed:
         """Q6_K tiles: int8 scales per 16, float16 d per 256 (`gguf_blocks.q6k_tiles`)."""
         return self.bits == 6
 
-    def linear(self, ops, x: mx.array, bias: mx.array | None = None, residual: mx.array | None = None) -> mx.array:
-        return ops.qlinear(x, *self.args(), bias=bias, residual=residual)
+    def linear(self, ops, x: mx.array, bias: mx.array | None = None, residual: mx.array | None = None,
+               swiglu: bool = False) -> mx.array:
+        """x W^T (+ bias) (+ residual); `swiglu`: W is gate|up and the result SwiGLU of its halves."""
+        return ops.qlinear(x, *self.args(), bias=bias, residual=residual, swiglu=swiglu)
 
     def spec(self) -> tuple[int, list[mx.array]]:
         """(form, arrays) as the fused layer ops take a matrix: form = bits for tiles."""
@@ -91,8 +93,9 @@ class KBlocks:
     def kind(self) -> tuple:
         return ("kquant", self.qtype)
 
-    def linear(self, ops, x: mx.array, bias: mx.array | None = None, residual: mx.array | None = None) -> mx.array:
-        return ops.kqlinear(x, self.blocks, self.qtype, bias=bias, residual=residual)
+    def linear(self, ops, x: mx.array, bias: mx.array | None = None, residual: mx.array | None = None,
+               swiglu: bool = False) -> mx.array:
+        return ops.kqlinear(x, self.blocks, self.qtype, bias=bias, residual=residual, swiglu=swiglu)
 
     def spec(self) -> tuple[int, list[mx.array]]:
         """(form, arrays) as the fused layer ops take a matrix: form = the GGML type for blocks."""

@@ -208,10 +208,10 @@ inline void affine_amx(const QMat& W, int t, const uint8_t* wb, const Q8& X, con
 // unpack_tile (8 lines a group), 1 MB of a core's L2 for the activations (amx_row_blocks).
 template <class T, int KB, class Xs, class Block>
 void amx_rows(const QMat& W, const Xs& X, const int8_t* pa, int M16, int t0, int t1, float* y, int ldy,
-              const float* residual, const float* bias, Block block) {
+              const float* residual, const float* bias, Block block, int pair = 0) {
   amx_row_blocks<T, KB, 8>(
       W, M16, t0, t1, y, ldy, residual, bias, 1 << 20, [&](int t, uint8_t* wb) { unpack_tile(W, t, wb, true); },
-      [&](int t, uint8_t* wb, int m, int, float* acc) { block(W, t, wb, X, pa + (size_t)m * W.K, m, acc); });
+      [&](int t, uint8_t* wb, int m, int, float* acc) { block(W, t, wb, X, pa + (size_t)m * W.K, m, acc); }, pair);
 }
 
 // Rows from m on (a view of the activations and outputs, for the VNNI kernels' rest).
@@ -242,14 +242,17 @@ inline bool amx_takes(const QMat& W, int M) {
 }
 
 #if TARG_VNNI
+// swiglu: W is gate|up (its up half the second N / 2 columns) and y (M x N / 2, row stride ldy)
+// gets SwiGLU of the two halves (amx_row_blocks' `pair`); residual and bias are null then.
 template <class T>
-inline void amx_tiles(const QMat& W, const float* x, int M, float* y, int ldy, const float* residual, const float* bias) {
-  const int M16 = M / 16 * 16, tiles = W.N / NT;
+inline void amx_tiles(const QMat& W, const float* x, int M, float* y, int ldy, const float* residual, const float* bias,
+                      bool swiglu = false) {
+  const int M16 = M / 16 * 16, tiles = W.N / NT, pair = swiglu ? tiles / 2 : 0, out_tiles = swiglu ? pair : tiles;
   const size_t rest = (size_t)M16 * ldy;
   const float* res_rest = residual ? residual + rest : nullptr;
   auto run = [&](auto body) {
-    if ((long)M * W.N * W.K < (1 << 18)) body(0, tiles);
-    else parallel_range(tiles, 4, 4, body);
+    if ((long)M * W.N * W.K < (1 << 18)) body(0, out_tiles);
+    else parallel_range(out_tiles, 4, 4, body);
   };
   const AmxKind kind = amx_kind(W);
   // the A tiles of rows [0, M16), made once per product for every task
@@ -260,16 +263,31 @@ inline void amx_tiles(const QMat& W, const float* x, int M, float* y, int ldy, c
     if ((long)M16 * W.K < (1 << 16)) pack_a(xq, W.K, KB, 0, M16, pa);
     else parallel_range(M16 / 16, 1, 1, [&](int a, int b) { pack_a(xq, W.K, KB, 16 * a, 16 * b, pa); });
   };
+  // the last M % 16 rows on the VNNI kernel of the format: with swiglu, both halves into `gu`
+  // (those rows x N), then SwiGLU of the task's columns
+  std::vector<float> gu(swiglu ? (size_t)(M - M16) * W.N : 0);
+  auto rest_rows = [&](int a, int b, auto vnni) {
+    if (M16 == M) return;
+    if (!swiglu) return vnni(a, b, y + rest, ldy, res_rest);
+    vnni(a, b, gu.data(), W.N, nullptr);
+    vnni(a + pair, b + pair, gu.data(), W.N, nullptr);
+    for (int r = 0; r < M - M16; r++)
+      for (int t = a; t < b; t++) {
+        const float* g = gu.data() + (size_t)r * W.N + t * NT;
+        swiglu16(g, g + W.N / 2, y + rest + (size_t)r * ldy + t * NT);
+      }
+  };
   if (kind == AmxKind::k4 || kind == AmxKind::k6) {
     const Q8K X = quantize_q8k_scratch(x, M, W.K);
     pack(X.q, 64);
     run([&](int a, int b) {
+      const Q8K Xr = rows_from(X, M16);
       if (kind == AmxKind::k4) {
-        k4s_rows<T>(W, X, pa, M16, a, b, y, ldy, residual, bias);
-        if (M16 < M) k4_tiles(W, rows_from(X, M16), M - M16, a, b, y + rest, ldy, res_rest, bias);
+        k4s_rows<T>(W, X, pa, M16, a, b, y, ldy, residual, bias, pair);
+        rest_rows(a, b, [&](int a_, int b_, float* yr, int ld, const float* rr) { k4_tiles(W, Xr, M - M16, a_, b_, yr, ld, rr, bias); });
       } else {
-        k6s_rows<T>(W, X, pa, M16, a, b, y, ldy, residual, bias);
-        if (M16 < M) k6_tiles(W, rows_from(X, M16), M - M16, a, b, y + rest, ldy, res_rest, bias);
+        k6s_rows<T>(W, X, pa, M16, a, b, y, ldy, residual, bias, pair);
+        rest_rows(a, b, [&](int a_, int b_, float* yr, int ld, const float* rr) { k6_tiles(W, Xr, M - M16, a_, b_, yr, ld, rr, bias); });
       }
     });
     return;
@@ -277,25 +295,27 @@ inline void amx_tiles(const QMat& W, const float* x, int M, float* y, int ldy, c
   const Q8 X = quantize_q8_scratch(x, M, W.K, W.bits);
   pack(X.q, 32);
   run([&](int a, int b) {
-    amx_rows<T, 32>(W, X, pa, M16, a, b, y, ldy, residual, bias, affine_amx<T>);
-    if (M16 < M) {
-      if (W.bits == 4) q8_gemm_tiles<4>(W, rows_from(X, M16), M - M16, a, b, y + rest, ldy, res_rest, bias);
-      else q8_gemm_tiles<8>(W, rows_from(X, M16), M - M16, a, b, y + rest, ldy, res_rest, bias);
-    }
+    amx_rows<T, 32>(W, X, pa, M16, a, b, y, ldy, residual, bias, affine_amx<T>, pair);
+    const Q8 Xr = rows_from(X, M16);
+    rest_rows(a, b, [&](int a_, int b_, float* yr, int ld, const float* rr) {
+      if (W.bits == 4) q8_gemm_tiles<4>(W, Xr, M - M16, a_, b_, yr, ld, rr, bias);
+      else q8_gemm_tiles<8>(W, Xr, M - M16, a_, b_, yr, ld, rr, bias);
+    });
   });
 }
 #endif
 
 // y (M x N, row stride ldy) = x (M x K) W^T [+ bias] [+ residual] on tiles, for M >= 16 where
 // amx_takes(M): the hardware's, or the plain C++ engine's where set_amx asks for it (tests).
-inline void amx_gemm(const QMat& W, const float* x, int M, float* y, int ldy, const float* residual, const float* bias) {
+inline void amx_gemm(const QMat& W, const float* x, int M, float* y, int ldy, const float* residual, const float* bias,
+                     bool swiglu = false) {
 #if TARG_VNNI
 #if TARG_AMX
-  if (amx_mode().load() == kAmxHw) return amx_tiles<HwTiles>(W, x, M, y, ldy, residual, bias);
+  if (amx_mode().load() == kAmxHw) return amx_tiles<HwTiles>(W, x, M, y, ldy, residual, bias, swiglu);
 #endif
-  amx_tiles<RefTiles>(W, x, M, y, ldy, residual, bias);
+  amx_tiles<RefTiles>(W, x, M, y, ldy, residual, bias, swiglu);
 #else
-  (void)W, (void)x, (void)M, (void)y, (void)ldy, (void)residual, (void)bias;
+  (void)W, (void)x, (void)M, (void)y, (void)ldy, (void)residual, (void)bias, (void)swiglu;
   throw std::invalid_argument("the AMX kernels run on AVX512-VNNI builds only");
 #endif
 }

@@ -36,32 +36,47 @@ inline void finish16(const float* acc, int m, int n0, float* y, int ldy, const f
 // outputs are written as one run of up to 512 bytes: written a tile's 64 bytes at a time, rows
 // apart (and off the lines, which the output's allocation does not align), the writes of a
 // 1,024-row product took a third of its time.
+//
+// `pair` > 0 (a gate|up matrix, its up half `pair` tiles after its gate half): tile t is
+// multiplied with tile t + pair and the row finished as SwiGLU of the two (swiglu16), written to
+// column t * 16 of y: the 2I-wide product is never written (at 1,024 rows the 1.5B's gate|up
+// output is 73 MB, written and read back once more by the SwiGLU op).
 template <class T, int KB, int Lines, int MR = 16, class Unpack, class Block>
 void amx_row_blocks(const QMat& W, int M16, int t0, int t1, float* y, int ldy, const float* residual,
-                    const float* bias, int l2_bytes, Unpack unpack, Block block) {
+                    const float* bias, int l2_bytes, Unpack unpack, Block block, int pair = 0) {
   struct alignas(64) Line {
     uint8_t b[64];
   };
   constexpr int kRun = 8;
+  const int per = pair ? 2 : 1;  // tiles unpacked and multiplied per output tile
   const size_t groups = (size_t)W.K / QG, tile_bytes = groups * Lines * 64;
-  const int run = (int)std::clamp<size_t>((512u << 10) / tile_bytes, 1, kRun);
+  const int run = (int)std::clamp<size_t>((512u << 10) / tile_bytes / per, 1, kRun);
   thread_local std::vector<Line> wbuf;
-  if (wbuf.size() < run * groups * Lines) wbuf.resize(run * groups * Lines);
+  if (wbuf.size() < per * run * groups * Lines) wbuf.resize(per * run * groups * Lines);
   uint8_t* wb = wbuf.data()->b;
-  alignas(64) float acc[kRun][MR * NT];
+  alignas(64) float acc[2 * kRun][MR * NT];
   T::begin(tile_config(KB));
-  const long a_bytes = std::max<long>(l2_bytes - (long)((run - 1) * tile_bytes), l2_bytes / 2);
+  const long a_bytes = std::max<long>(l2_bytes - (long)((per * run - 1) * tile_bytes), l2_bytes / 2);
   const int MB = std::max<int>(MR, a_bytes / W.K / MR * MR);
   for (int mb = 0; mb < M16; mb += MB) {
     const int me = std::min(M16, mb + MB);
     for (int t = t0; t < t1; t += run) {
       const int n = std::min(run, t1 - t);
-      for (int j = 0; j < n; j++) unpack(t + j, wb + j * tile_bytes);
+      for (int j = 0; j < n; j++) {
+        unpack(t + j, wb + j * tile_bytes);
+        if (pair) unpack(t + j + pair, wb + (run + j) * tile_bytes);
+      }
       for (int m = mb; m < me; m += MR) {
         const int rows = std::min(MR, me - m);
-        for (int j = 0; j < n; j++) block(t + j, wb + j * tile_bytes, m, rows, acc[j]);
+        for (int j = 0; j < n; j++) {
+          block(t + j, wb + j * tile_bytes, m, rows, acc[j]);
+          if (pair) block(t + j + pair, wb + (run + j) * tile_bytes, m, rows, acc[run + j]);
+        }
         for (int r = 0; r < rows; r++)
-          for (int j = 0; j < n; j++) finish16(acc[j] + r * NT, m + r, (t + j) * NT, y, ldy, residual, bias);
+          for (int j = 0; j < n; j++) {
+            if (pair) swiglu16(acc[j] + r * NT, acc[run + j] + r * NT, y + (size_t)(m + r) * ldy + (t + j) * NT);
+            else finish16(acc[j] + r * NT, m + r, (t + j) * NT, y, ldy, residual, bias);
+          }
       }
     }
   }
@@ -183,7 +198,7 @@ inline void k4s_amx(const QMat& W, int t, const uint8_t* wlo, const uint8_t* whi
 // Tiles [t0, t1) x rows [0, M16) of Q4_K by k4s_amx, 32 rows a call (A tiles packed 64 k a tile).
 template <class T>
 void k4s_rows(const QMat& W, const Q8K& X, const int8_t* pa, int M16, int t0, int t1, float* y, int ldy,
-              const float* residual, const float* bias) {
+              const float* residual, const float* bias, int pair = 0) {
   const size_t lo_bytes = (size_t)W.K / QG * kAmxGroupBytes;  // wlo, then whi: two B copies a tile
   // rows whose activations share L2 (2 MB a core on AMX CPUs) with the tile's two B copies
   amx_row_blocks<T, 64, 16, 32>(
@@ -192,7 +207,8 @@ void k4s_rows(const QMat& W, const Q8K& X, const int8_t* pa, int M16, int t0, in
         const int8_t* xa = pa + (size_t)m * W.K;
         if (rows == 32) k4s_amx<T, 2>(W, t, wb, wb + lo_bytes, X, xa, m, acc);
         else k4s_amx<T, 1>(W, t, wb, wb + lo_bytes, X, xa, m, acc);
-      });
+      },
+      pair);
 }
 
 // Q6_K with its scales inside the B tiles, as for Q4_K: each sub-block's int8 scale in balanced
@@ -290,10 +306,11 @@ inline void k6s_amx(const QMat& W, int t, const uint8_t* wb, const Q8K& X, const
 
 template <class T>
 void k6s_rows(const QMat& W, const Q8K& X, const int8_t* pa, int M16, int t0, int t1, float* y, int ldy,
-              const float* residual, const float* bias) {
+              const float* residual, const float* bias, int pair = 0) {
   amx_row_blocks<T, 64, 24>(
       W, M16, t0, t1, y, ldy, residual, bias, 1 << 20, [&](int t, uint8_t* wb) { unpack_k6_scaled(W, t, wb); },
-      [&](int t, uint8_t* wb, int m, int, float* acc) { k6s_amx<T>(W, t, wb, X, pa + (size_t)m * W.K, m, acc); });
+      [&](int t, uint8_t* wb, int m, int, float* acc) { k6s_amx<T>(W, t, wb, X, pa + (size_t)m * W.K, m, acc); },
+      pair);
 }
 
 #endif  // TARG_VNNI

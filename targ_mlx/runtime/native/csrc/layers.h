@@ -122,11 +122,7 @@ inline void swiglu(const float* gu, int rows, int I, float* out) {
       float* o = out + (size_t)r * I;
       int j = 0;
 #if TARG_AVX512
-      for (; j + 16 <= I; j += 16) {
-        __m512 gv = _mm512_loadu_ps(g + j);
-        __m512 sg = _mm512_div_ps(gv, _mm512_add_ps(_mm512_set1_ps(1.f), exp512(_mm512_sub_ps(_mm512_setzero_ps(), gv))));
-        _mm512_storeu_ps(o + j, _mm512_mul_ps(sg, _mm512_loadu_ps(u + j)));
-      }
+      for (; j + 16 <= I; j += 16) swiglu16(g + j, u + j, o + j);
 #elif TARG_AVX2
       for (; j + 8 <= I; j += 8) {
         __m256 gv = _mm256_loadu_ps(g + j);

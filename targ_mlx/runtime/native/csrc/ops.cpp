@@ -149,8 +149,22 @@ int weight_arrays(int form) { return is_kquant(form) ? 1 : 3; }  // blocks, or q
 int weight_K(int form, const array* w) { return is_kquant(form) ? kblocks_K(w[0], form) : w[0].shape(1) * 8 / form; }
 
 // out (M x N) = x (M x K) W^T (+ bias) (+ res) for W in `form` given by its arrays w[0..]: the one
-// place a matrix product is chosen, for QLinear and the fused blocks below.
-void linear_rows(int form, const array* w, const float* x, int M, float* out, const float* res, const float* bias) {
+// place a matrix product is chosen, for QLinear and the fused blocks below. `swiglu`: W is
+// gate|up and out (M x N / 2) its SwiGLU (no bias or residual): on AMX tiles the product finishes
+// so (amx.h), elsewhere it is the product and then the SwiGLU op's kernel, the same bits.
+void linear_rows(int form, const array* w, const float* x, int M, float* out, const float* res, const float* bias,
+                 bool swiglu = false) {
+  if (swiglu) {
+    if (!is_kquant(form)) {
+      targ::QMat W = qmat(w[0], w[1], w[2], form);
+      if (targ::amx_takes(W, M) && W.N % (2 * targ::NT) == 0) return targ::amx_gemm(W, x, M, out, W.N / 2, nullptr, nullptr, true);
+    }
+    const int N = w[0].shape(0);
+    std::vector<float> gu((size_t)M * N);
+    linear_rows(form, w, x, M, gu.data(), nullptr, nullptr);
+    targ::swiglu(gu.data(), M, N / 2, out);
+    return;
+  }
   if (is_kquant(form)) {
     targ::KMat W = kmat(w[0], form);
     targ::kqgemm(W, x, M, out, W.N, res, bias);
@@ -166,41 +180,44 @@ void linear_rows(int form, const array* w, const float* x, int M, float* out, co
 // y = x W^T (+ bias) (+ residual) for W in either form.
 class QLinear : public mx::Primitive {
  public:
-  QLinear(mx::Stream s, int form, bool has_bias, bool has_res)
-      : Primitive(s), form_(form), bias_(has_bias), res_(has_res) {}
+  QLinear(mx::Stream s, int form, bool has_bias, bool has_res, bool swiglu = false)
+      : Primitive(s), form_(form), bias_(has_bias), res_(has_res), swiglu_(swiglu) {}
   void eval_cpu(const std::vector<array>& in, std::vector<array>& outs) override {
     array& out = outs[0];
     alloc(out);
     auto& enc = mx::cpu::get_command_encoder(stream());
     auto ins = weak(in);
-    enc.dispatch([ins = std::move(ins), out = array::unsafe_weak_copy(out), form = form_, hb = bias_, hr = res_]() mutable {
+    enc.dispatch([ins = std::move(ins), out = array::unsafe_weak_copy(out), form = form_, hb = bias_, hr = res_,
+                  sw = swiglu_]() mutable {
       std::shared_ptr<std::vector<float>> hx, hr_;
       const array& x = ins[0];
       const float* xp = contiguous_f32(x, hx);
       const int nw = weight_arrays(form);  // weight inputs after x
       const float* bias = hb ? ins[1 + nw].data<float>() : nullptr;
       const float* res = hr ? contiguous_f32(ins[1 + nw + hb], hr_) : nullptr;
-      linear_rows(form, &ins[1], xp, (int)(x.size() / weight_K(form, &ins[1])), out.data<float>(), res, bias);
+      linear_rows(form, &ins[1], xp, (int)(x.size() / weight_K(form, &ins[1])), out.data<float>(), res, bias, sw);
     });
   }
   bool is_equivalent(const Primitive& o) const override {
     auto& p = static_cast<const QLinear&>(o);
-    return form_ == p.form_ && bias_ == p.bias_ && res_ == p.res_;
+    return form_ == p.form_ && bias_ == p.bias_ && res_ == p.res_ && swiglu_ == p.swiglu_;
   }
   std::vector<mx::Shape> output_shapes(const std::vector<array>& in) override {
     auto s = in[0].shape();
-    s.back() = in[1].shape(0);
+    s.back() = in[1].shape(0) / (swiglu_ ? 2 : 1);
     return {s};
   }
   TARG_PRIMITIVE_COMMON(TargQLinear)
  private:
   int form_;
-  bool bias_, res_;
+  bool bias_, res_, swiglu_;
 };
 
 // x as float32 with K columns, plus the optional bias and residual, as QLinear's inputs.
 array qlinear_node(const char* op, const array& x_, int K, int N, std::vector<array> weights, int form,
-                   std::optional<array> bias, std::optional<array> residual) {
+                   std::optional<array> bias, std::optional<array> residual, bool swiglu = false) {
+  if (swiglu && (bias || residual || N % 2))
+    throw std::invalid_argument(std::string(op) + ": swiglu=True takes a gate|up matrix (an even N) with no bias or residual");
   array x = as_f32(x_);
   if (x.ndim() < 1 || x.shape(-1) != K) {
     std::ostringstream m;
@@ -209,6 +226,8 @@ array qlinear_node(const char* op, const array& x_, int K, int N, std::vector<ar
   }
   auto shape = x.shape();
   shape.back() = N;
+  auto out_shape = shape;
+  if (swiglu) out_shape.back() = N / 2;
   std::vector<array> ins = {x};
   ins.insert(ins.end(), weights.begin(), weights.end());
   if (bias) ins.push_back(as_f32(*bias));
@@ -216,19 +235,20 @@ array qlinear_node(const char* op, const array& x_, int K, int N, std::vector<ar
     if (residual->shape() != shape) throw std::invalid_argument(std::string(op) + ": residual must have the output's shape");
     ins.push_back(as_f32(*residual));
   }
-  return array(shape, mx::float32, std::make_shared<QLinear>(cpu_stream(), form, bias.has_value(), residual.has_value()),
-               ins);
+  return array(out_shape, mx::float32,
+               std::make_shared<QLinear>(cpu_stream(), form, bias.has_value(), residual.has_value(), swiglu), ins);
 }
 
 array op_qlinear(const array& x, const array& q, const array& scales, const array& biases, int bits,
-                 std::optional<array> bias, std::optional<array> residual) {
+                 std::optional<array> bias, std::optional<array> residual, bool swiglu) {
   check_packed(q, scales, biases, bits, "qlinear");
-  return qlinear_node("qlinear", x, q.shape(1) * 8 / bits, q.shape(0), {q, scales, biases}, bits, bias, residual);
+  return qlinear_node("qlinear", x, q.shape(1) * 8 / bits, q.shape(0), {q, scales, biases}, bits, bias, residual, swiglu);
 }
 
-array op_kqlinear(const array& x, const array& blocks, int type, std::optional<array> bias, std::optional<array> residual) {
+array op_kqlinear(const array& x, const array& blocks, int type, std::optional<array> bias, std::optional<array> residual,
+                  bool swiglu) {
   check_kblocks(blocks, type, "kqlinear");
-  return qlinear_node("kqlinear", x, kblocks_K(blocks, type), blocks.shape(0), {blocks}, type, bias, residual);
+  return qlinear_node("kqlinear", x, kblocks_K(blocks, type), blocks.shape(0), {blocks}, type, bias, residual, swiglu);
 }
 
 
@@ -1044,10 +1064,11 @@ array tile_dots(const array& xq_, const array& q, const array& scales, const arr
 NB_MODULE(_targ_native, m) {
   m.doc() = "targ-mlx CPU kernels as MLX primitives (see targ_mlx/native)";
   m.def("qlinear", &op_qlinear, nb::arg("x"), nb::arg("q"), nb::arg("scales"), nb::arg("biases"), nb::arg("bits"),
-        nb::arg("bias") = nb::none(), nb::arg("residual") = nb::none(),
-        "x @ W.T (+ bias) (+ residual) for packed 4/8-bit W; float32 out");
+        nb::arg("bias") = nb::none(), nb::arg("residual") = nb::none(), nb::arg("swiglu") = false,
+        "x @ W.T (+ bias) (+ residual) for packed 4/8-bit W; float32 out; swiglu: W is gate|up, out its SwiGLU");
   m.def("kqlinear", &op_kqlinear, nb::arg("x"), nb::arg("blocks"), nb::arg("type"), nb::arg("bias") = nb::none(),
-        nb::arg("residual") = nb::none(), "x @ W.T (+ bias) (+ residual) for W as GGUF Q4_K/Q6_K blocks; float32 out");
+        nb::arg("residual") = nb::none(), nb::arg("swiglu") = false,
+        "x @ W.T (+ bias) (+ residual) for W as GGUF Q4_K/Q6_K blocks; float32 out; swiglu: W is gate|up, out its SwiGLU");
   m.def("kembed", &op_kembed, nb::arg("ids"), nb::arg("blocks"), nb::arg("type"),
         "rows of GGUF Q4_K/Q6_K blocks, dequantized as gguf.quants does");
   m.def("rms_norm", &op_rms_norm, nb::arg("x"), nb::arg("weight"), nb::arg("eps"));

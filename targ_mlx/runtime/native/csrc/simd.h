@@ -37,6 +37,14 @@ inline __m512 exp512(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 inline float hsum512(__m512 v) { return _mm512_reduce_add_ps(v); }
+
+// 16 outputs of SwiGLU: g / (1 + exp(-g)) * u (layers.h's swiglu, and the AMX products that
+// finish with it: one formula, so the two give the same bits).
+inline void swiglu16(const float* g, const float* u, float* o) {
+  const __m512 gv = _mm512_loadu_ps(g);
+  const __m512 sg = _mm512_div_ps(gv, _mm512_add_ps(_mm512_set1_ps(1.f), exp512(_mm512_sub_ps(_mm512_setzero_ps(), gv))));
+  _mm512_storeu_ps(o, _mm512_mul_ps(sg, _mm512_loadu_ps(u)));
+}
 #endif
 
 // (AVX-512 machines have AVX2 too: encoder kernels use the 256-bit forms on both)
