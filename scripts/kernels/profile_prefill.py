@@ -74,8 +74,14 @@ def profile(lm, tokens: mx.array, rounds: int) -> dict[str, list[float]]:
             a = timed((i, "attention"), lambda: N.attention(q, keys, values, lm.scale, None, 0))
             h = timed((i, f"o|{_form(layer.o)}"), lambda: layer.o.linear(N, a, bias=layer.o_bias, residual=x))
             hn = timed((i, "rms_norm"), lambda: N.rms_norm(h, layer.norm_post, lm.eps))
-            gu = fused("gate_up", layer.gate_up, hn, layer.gate_up_bias)
-            s = timed((i, "swiglu"), lambda: N.swiglu(gu))
+            if len(layer.gate_up) == 1 and layer.gate_up_bias is None:  # as the model runs it: SwiGLU in the product
+                p = layer.gate_up[0]
+                s = timed((i, f"gate_up|{_form(p)}"), lambda: p.linear(N, hn, swiglu=True))
+                if r == 0:
+                    macs[_form(p)] += B * L * p.shape[0] * p.shape[1]
+            else:
+                gu = fused("gate_up", layer.gate_up, hn, layer.gate_up_bias)
+                s = timed((i, "swiglu"), lambda: N.swiglu(gu))
             x = timed((i, f"down|{_form(layer.down)}"), lambda: layer.down.linear(N, s, bias=layer.down_bias,
                                                                                    residual=h))
             if r == 0:
