@@ -159,8 +159,11 @@ void linear_rows(int form, const array* w, const float* x, int M, float* out, co
       targ::QMat W = qmat(w[0], w[1], w[2], form);
       if (targ::amx_takes(W, M) && W.N % (2 * targ::NT) == 0) return targ::amx_gemm(W, x, M, out, W.N / 2, nullptr, nullptr, true);
     }
+    // the product in a buffer kept for the next call (a prefill's 73 MB, made once, not zeroed
+    // and faulted in again for each layer)
     const int N = w[0].shape(0);
-    std::vector<float> gu((size_t)M * N);
+    thread_local std::vector<float> gu;
+    if (gu.size() < (size_t)M * N) gu.resize((size_t)M * N);
     linear_rows(form, w, x, M, gu.data(), nullptr, nullptr);
     targ::swiglu(gu.data(), M, N / 2, out);
     return;
