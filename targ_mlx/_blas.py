@@ -59,7 +59,7 @@ def _coretype() -> str | None:
     """
     if os.environ.get("OPENBLAS_CORETYPE"):
         return None
-    from targ_mlx.cpu import cpu_flags, intel
+    from targ_mlx.runtime.native.build import cpu_flags, intel  # (stdlib only: loads no MLX)
 
     return "SkylakeX" if intel() and {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd"} <= cpu_flags() else None
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from targ_mlx import _blas
-from targ_mlx.cpu import cpu_flags
+from targ_mlx.runtime.native.build import cpu_flags
 
 # OpenBLAS's kernel sets for CPUs without AVX2: what an OpenBLAS older than the CPU falls back to
 PRE_AVX2 = {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Sandybridge", "Atom", "Katmai", "Northwood"}

@@ -196,9 +196,9 @@ def test_bf16_vectors_stay_in_the_float32_family(passages, small_index_questions
 def test_bf16_is_chosen_only_where_the_cpu_multiplies_it(monkeypatch):
     """Searches and builds encode with mlx-bf16 where the kernels multiply bfloat16 (AVX512-BF16),
     builds with torch-bf16 where the CPU has AMX-BF16 tiles; TARG_MLX_ENCODER_BF16=0: float32."""
-    from targ_mlx.cpu import cpu_flags
     from targ_mlx.index.encoder import _has_sentence_transformers, build_backend, default_backend
     from targ_mlx.index.mlx_encoder import unusable
+    from targ_mlx.runtime.native.build import cpu_flags
 
     flags = set(open("/proc/cpuinfo").read().split()) if sys.platform == "linux" else set()
     assert cpu_flags() <= flags and ("avx2" in flags) == ("avx2" in cpu_flags())

@@ -164,7 +164,7 @@ def build_backend(name: str | None) -> str:
     torch is installed (oneDNN multiplies in the tiles: ~85 chunks/s on 2 cores), else
     `default_backend`, which is mlx-bf16 on a CPU with AVX512-BF16 (as fast as torch-bf16 there,
     without torch's 4 s load). TARG_MLX_ENCODER_BF16=0 turns the bfloat16 choice off."""
-    from targ_mlx.cpu import cpu_flags
+    from targ_mlx.runtime.native.build import cpu_flags
 
     if _bf16_wanted() and "amx_bf16" in cpu_flags() and _has_sentence_transformers():
         return TORCH_BF16

@@ -21,8 +21,6 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
-from targ_mlx.cpu import cpu_flags
-
 MODULE = "_targ_native"
 SRC = Path(__file__).resolve().parent / "csrc"
 
@@ -36,6 +34,27 @@ def _cxx() -> str:
         if cand and shutil.which(cand):
             return cand
     raise BuildError("no C++ compiler found; install one (Debian: apt-get install g++) or set CXX")
+
+
+def _cpuinfo() -> list[str]:
+    try:
+        return Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:  # no such file (a Mac)
+        return []
+
+
+def cpu_flags() -> set[str]:
+    """This CPU's feature flags (/proc/cpuinfo's "flags" on x86, "Features" on Arm); empty where
+    there is no such file (a Mac). The one reader of them (the kernels' build, the encoder's
+    backend, OpenBLAS's kernels)."""
+    for line in _cpuinfo():
+        if line.startswith(("flags", "Features")):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def intel() -> bool:
+    return any(line.startswith("vendor_id") and "GenuineIntel" in line for line in _cpuinfo())
 
 
 def _paths() -> dict[str, Path]:
