@@ -148,6 +148,14 @@ bool is_kquant(int form) { return form == targ::kQ4K || form == targ::kQ6K; }
 int weight_arrays(int form) { return is_kquant(form) ? 1 : 3; }  // blocks, or q + scales + biases
 int weight_K(int form, const array* w) { return is_kquant(form) ? kblocks_K(w[0], form) : w[0].shape(1) * 8 / form; }
 
+// Float32 scratch from MLX's allocator (its buffer cache makes a decode step's reuse cheap).
+struct Scratch {
+  mx::allocator::Data d;
+  float* p;
+  explicit Scratch(size_t n) : d(mx::allocator::malloc(std::max<size_t>(n, 1) * sizeof(float))),
+                               p(static_cast<float*>(d.buffer().raw_ptr())) {}
+};
+
 // out (M x N) = x (M x K) W^T (+ bias) (+ res) for W in `form` given by its arrays w[0..]: the one
 // place a matrix product is chosen, for QLinear and the fused blocks below. `swiglu`: W is
 // gate|up and out (M x N / 2) its SwiGLU (no bias or residual): on AMX tiles the product finishes
@@ -159,13 +167,10 @@ void linear_rows(int form, const array* w, const float* x, int M, float* out, co
       targ::QMat W = qmat(w[0], w[1], w[2], form);
       if (targ::amx_takes(W, M) && W.N % (2 * targ::NT) == 0) return targ::amx_gemm(W, x, M, out, W.N / 2, nullptr, nullptr, true);
     }
-    // the product in a buffer kept for the next call (a prefill's 73 MB, made once, not zeroed
-    // and faulted in again for each layer)
     const int N = w[0].shape(0);
-    thread_local std::vector<float> gu;
-    if (gu.size() < (size_t)M * N) gu.resize((size_t)M * N);
-    linear_rows(form, w, x, M, gu.data(), nullptr, nullptr);
-    targ::swiglu(gu.data(), M, N / 2, out);
+    Scratch gu((size_t)M * N);
+    linear_rows(form, w, x, M, gu.p, nullptr, nullptr);
+    targ::swiglu(gu.p, M, N / 2, out);
     return;
   }
   if (is_kquant(form)) {
@@ -417,13 +422,6 @@ array op_swiglu(const array& gu_) {
 // One part takes the bias inside its product; several are concatenated and the bias added after,
 // as the model's separate ops do.
 
-// Float32 scratch from MLX's allocator (its buffer cache makes a decode step's reuse cheap).
-struct Scratch {
-  mx::allocator::Data d;
-  float* p;
-  explicit Scratch(size_t n) : d(mx::allocator::malloc(std::max<size_t>(n, 1) * sizeof(float))),
-                               p(static_cast<float*>(d.buffer().raw_ptr())) {}
-};
 
 // y (M x sum N_i) = [x W_1^T | x W_2^T | ...] (+ bias); parts' arrays start at w.
 void parts_rows(const std::vector<int>& forms, const array* w, const float* x, int M, int N, float* y, const float* bias) {
@@ -552,11 +550,16 @@ void post_run(const PostSpec& p, const float* a, const float* x, int M, int H, c
     N2 += g[0].shape(0);
     g += weight_arrays(f);
   }
-  Scratch h((size_t)M * H), hn((size_t)M * H), gs((size_t)M * N2), sw((size_t)M * (N2 / 2));
+  Scratch h((size_t)M * H), hn((size_t)M * H), sw((size_t)M * (N2 / 2));
   linear_rows(p.o_form, o, a, M, h.p, x, o_bias);
   targ::rms_norm(h.p, nullptr, norm, p.eps, M, H, nullptr, hn.p);
-  parts_rows(p.gu_forms, gu, hn.p, M, N2, gs.p, gu_bias);
-  targ::swiglu(gs.p, M, N2 / 2, sw.p);
+  if (p.gu_forms.size() == 1 && !gu_bias) {  // one gate|up matrix: SwiGLU in its product, as the separate ops
+    linear_rows(p.gu_forms[0], gu, hn.p, M, sw.p, nullptr, nullptr, true);
+  } else {
+    Scratch gs((size_t)M * N2);
+    parts_rows(p.gu_forms, gu, hn.p, M, N2, gs.p, gu_bias);
+    targ::swiglu(gs.p, M, N2 / 2, sw.p);
+  }
   linear_rows(p.down_form, down, sw.p, M, out, h.p, down_bias);
 }
 
