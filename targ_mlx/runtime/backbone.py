@@ -97,6 +97,11 @@ class Backbone:
         """One decode step for a batch: tokens (B,) -> logits (B, V) in float32."""
         return self.engine.step(tokens, cache)
 
+    def step_chunk(self, tokens: mx.array, cache: list[Any]) -> mx.array:
+        """Several tokens of one sequence fed at once: tokens (L,) -> the logits after each, (L, V)
+        in float32 (a decode step per row, as `draft._greedy_lookup` verifies guesses)."""
+        return self.engine.head(self.engine.hidden(tokens[None], cache))[0].astype(mx.float32)
+
     def select(self, logits: mx.array, inv_temp: mx.array, u: mx.array) -> tuple[mx.array, ...]:
         """(token, entropy, gap, logprob) per row; see `targ_mlx.runtime.sampling`."""
         return self.engine.select(logits, inv_temp, u)

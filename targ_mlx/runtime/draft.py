@@ -11,10 +11,11 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import mlx.core as mx
 
+from targ_mlx.runtime import lookup
 from targ_mlx.runtime.backbone import Backbone
 from targ_mlx.runtime.batch import decode_batch
 from targ_mlx.defaults import DEFAULT_K, DEFAULT_TEMPERATURE
@@ -35,14 +36,20 @@ class Draft:
 
 
 def _greedy(bb: Backbone, cache: list[Any], logits: mx.array, max_new: int, stats: bool = False,
-            cancel: threading.Event | None = None) -> Iterator[tuple[int, mx.array | None, mx.array | None]]:
+            cancel: threading.Event | None = None, history: Sequence[int] | None = None
+            ) -> Iterator[tuple[int, mx.array | None, mx.array | None]]:
     """Greedy tokens from `logits` (1, V) onward, at most `max_new`, stopping after EOS.
 
     The next step is scheduled (async_eval) before the current token is read back, so Python
     overhead overlaps with compute, as in mlx-lm's generate_step. The last token yielded is
-    never fed to the model: the caller's cache ends just before it.
+    never fed to the model: the caller's cache ends just before it. With `history` (the tokens
+    the cache holds) and an engine whose rows are computed alone, guesses copied from the
+    history are verified a few at a time (`_greedy_lookup`): the same tokens, fewer steps.
     """
     if max_new <= 0:
+        return
+    if history is not None and bb.engine.independent_rows and lookup.enabled():
+        yield from _greedy_lookup(bb, cache, logits, max_new, stats, cancel, history)
         return
     eos = bb.tokenizer.eos_ids
 
@@ -67,6 +74,55 @@ def _greedy(bb: Backbone, cache: list[Any], logits: mx.array, max_new: int, stat
         cur = nxt
 
 
+def _greedy_lookup(bb: Backbone, cache: list[Any], logits: mx.array, max_new: int, stats: bool,
+                   cancel: threading.Event | None, history: Sequence[int]
+                   ) -> Iterator[tuple[int, mx.array | None, mx.array | None]]:
+    """`_greedy` with prompt lookup (`lookup.propose`): each step feeds the last token and up to
+    `lookup.GUESS` guessed ones as one chunk, and keeps the guesses the chunk's own greedy picks
+    confirm, then the pick after them; the cache is trimmed back to what was kept. Each row's
+    logits are those of a step at its position (the engine computes rows alone), so tokens and
+    statistics are `_greedy`'s exactly."""
+    eos = bb.tokenizer.eos_ids
+    seen = list(history)
+
+    def picks(lg):  # (R, V) -> R tokens, and per-row entropies and gaps as (1,) arrays
+        if stats:
+            z = mx.zeros((lg.shape[0],), dtype=mx.float32)
+            y, e, g, _ = bb.select(lg, z, z)
+            mx.eval(y, e, g)
+            return y.tolist(), [e[i:i + 1] for i in range(lg.shape[0])], [g[i:i + 1] for i in range(lg.shape[0])]
+        return mx.argmax(lg, axis=-1).tolist(), [None] * lg.shape[0], [None] * lg.shape[0]
+
+    toks, ents, gaps = picks(logits)
+    n = 0
+    while True:
+        # toks: decided, not yet yielded; the cache ends just before the last of them
+        for i, tok in enumerate(toks):
+            last = tok in eos or n + 1 >= max_new
+            if last and i < len(toks) - 1:  # stopping early: the cache must end just before `tok`
+                _trim(cache, len(toks) - 1 - i)
+            n += 1
+            seen.append(tok)
+            yield tok, ents[i], gaps[i]
+            if last or (cancel is not None and cancel.is_set()):
+                return
+        guess = lookup.propose(seen, lookup.NGRAM, lookup.MIN_NGRAM, min(lookup.GUESS, max_new - n - 1))
+        chunk = [toks[-1]] + guess
+        lg = bb.step_chunk(mx.array(chunk, dtype=mx.int32), cache)
+        toks, ents, gaps = picks(lg)
+        kept = 0
+        while kept < len(guess) and toks[kept] == guess[kept]:
+            kept += 1
+        _trim(cache, len(guess) - kept)  # the rejected guesses leave the cache
+        toks, ents, gaps = toks[:kept + 1], ents[:kept + 1], gaps[:kept + 1]
+
+
+def _trim(cache: list[Any], n: int) -> None:
+    if n > 0:
+        for c in cache:
+            c.trim(n)
+
+
 def draft(bb: Backbone, prompt_ids: list[int], k: int = DEFAULT_K, n_samples: int = 0,
           temperature: float = DEFAULT_TEMPERATURE, seed: int = 0) -> Draft:
     """Prefill B(q) once and decode the k-token greedy draft (and N sampled prefixes).
@@ -85,7 +141,7 @@ def draft(bb: Backbone, prompt_ids: list[int], k: int = DEFAULT_K, n_samples: in
     t1 = time.perf_counter()
     if n_samples == 0:
         toks, ents, gaps = [], [], []
-        for tok, e, g in _greedy(bb, cache, logits, k, stats=True):
+        for tok, e, g in _greedy(bb, cache, logits, k, stats=True, history=prompt_ids):
             toks.append(tok)
             ents.append(e)
             gaps.append(g)
@@ -127,7 +183,8 @@ def continue_with_stats(bb: Backbone, d: Draft, max_new: int, cancel: threading.
     if d.ended or max_new <= 0:
         return
     logits = bb.step(mx.array([d.tokens[-1]], dtype=mx.int32), d.cache)
-    for tok, e, g in _greedy(bb, d.cache, logits, max_new, stats=True, cancel=cancel):
+    for tok, e, g in _greedy(bb, d.cache, logits, max_new, stats=True, cancel=cancel,
+                             history=d.prompt_ids + d.tokens):
         yield tok, e.item(), g.item()
 
 
@@ -136,7 +193,7 @@ def continue_tokens(bb: Backbone, d: Draft, max_new: int, cancel: threading.Even
     if d.ended or max_new <= 0:
         return
     logits = bb.step(mx.array([d.tokens[-1]], dtype=mx.int32), d.cache)
-    for tok, _, _ in _greedy(bb, d.cache, logits, max_new, cancel=cancel):
+    for tok, _, _ in _greedy(bb, d.cache, logits, max_new, cancel=cancel, history=d.prompt_ids + d.tokens):
         yield tok
 
 
@@ -163,7 +220,7 @@ def generate_tokens(bb: Backbone, prompt_ids: list[int], max_new: int, cancel: t
     if timing is not None:
         timing["prefill"] = t1 - t0
     try:
-        for tok, _, _ in _greedy(bb, cache, logits, max_new, cancel=cancel):
+        for tok, _, _ in _greedy(bb, cache, logits, max_new, cancel=cancel, history=prompt_ids):
             yield tok
     finally:
         if timing is not None:
