@@ -90,3 +90,38 @@ def test_not_a_gguf(tmp_path):
     shutil.copy(__file__, junk)
     with pytest.raises(ModelLoadError):
         load_backbone(str(junk))
+
+
+def test_a_gguf_answer_does_not_import_transformers_and_mlx_lm_still_loads_on_demand(tmp_path):
+    """`runtime._mlx_lm.defer`: the KV caches come from mlx-lm's submodules without its eager
+    `__init__` (which imports transformers and torch: ~2.8 s of every `targ ask`), and a name of
+    the package itself still loads it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from targ_mlx.runtime.backbone import load_backbone\n"
+        "from targ_mlx.runtime.draft import generate\n"
+        "bb = load_backbone('smollm2-135m')\n"
+        "toks, _, _ = generate(bb, bb.tokenizer.encode('The capital of France is'), 4)\n"
+        "assert toks, 'no tokens'\n"
+        "print('transformers' in sys.modules, 'torch' in sys.modules)\n"
+        "from mlx_lm import load, stream_generate\n"
+        "import mlx_lm\n"
+        "print(callable(load), mlx_lm.__version__ != '')\n"
+    )
+    import os
+    from pathlib import Path
+
+    from targ_mlx.runtime import native
+
+    # the kernels from where this process loaded them (built again they take a minute); the
+    # repacked model in this test's own folder
+    (tmp_path / "native").symlink_to(Path(native.module().__file__).parents[1], target_is_directory=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "TARG_MLX_CACHE": str(tmp_path)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.split()
+    assert lines[:2] == ["False", "False"], out.stdout
+    assert lines[2:4] == ["True", "True"], out.stdout

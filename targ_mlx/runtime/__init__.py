@@ -7,3 +7,7 @@ statistics; `draft` and `batch` decode (batch 1 and batched). Nothing here knows
 retrieval or prompts: the TARG core (`targ_mlx.gates`, `targ_mlx.runner`, `targ_mlx.retrieval`,
 `targ_mlx.prompts`) sits above it, as mlx-lm's `generate.py` sits above its `models/`.
 """
+
+from targ_mlx.runtime._mlx_lm import defer as _defer_mlx_lm
+
+_defer_mlx_lm()  # before any `mlx_lm.models` import below: a GGUF on the kernels never loads torch
