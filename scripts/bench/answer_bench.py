@@ -1,6 +1,6 @@
-"""What the answer benches share (bench_reader_latency, bench_overlap, bench_app_path): their
-flags, the held-out questions they ask (NQ-Open dev from question 500 on, past the eval's 500),
-the model and index they open as the apps do, and one JSON result printed and kept."""
+"""What the answer benches share (bench_reader_latency, bench_overlap, bench_lookup, bench_app_path):
+their flags, the held-out questions they ask (NQ-Open dev from question 500 on, past the eval's
+500), the model, index and assistant they open as the apps do, and one JSON result printed and kept."""
 
 from __future__ import annotations
 
@@ -36,6 +36,20 @@ def open_parts(args):
     from targ_mlx.runtime.backbone import load_backbone
 
     return load_backbone(args.model), load_encoders(open_indexes([args.index], retriever=args.retriever))
+
+
+def apps_assistant(args, questions: list[str]):
+    """The assistant as the apps make it (`Settings.from_config`; the gate --gate names, where the
+    script has one), over `open_parts`, warmed up on the first question (weights touched, graphs
+    built, encoder loaded)."""
+    from targ_mlx.assistant import Assistant, Settings
+    from targ_mlx.config import Config
+
+    bb, r = open_parts(args)
+    flags = {"gate": args.gate} if getattr(args, "gate", None) else {}
+    ask = Assistant(bb, r, Settings.from_config(Config(), bb.model_id, **flags))
+    ask.answer(questions[0])
+    return ask
 
 
 def report(args, n: int, **figures) -> dict:

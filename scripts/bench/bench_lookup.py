@@ -20,10 +20,8 @@ from targ_mlx import bind_openblas
 
 bind_openblas()  # before mlx.core loads
 
-from targ_mlx.assistant import Assistant, Settings  # noqa: E402
-from targ_mlx.config import Config  # noqa: E402
 from targ_mlx.runtime import lookup  # noqa: E402
-from answer_bench import open_parts, parser, questions as held_out, report  # noqa: E402
+from answer_bench import apps_assistant, parser, questions as held_out, report  # noqa: E402
 
 WAYS = ("step", "lookup")
 
@@ -33,10 +31,7 @@ def main(argv=None):
     ap.add_argument("--gate", default=None, help="default: the apps' evidence gate")
     args = ap.parse_args(argv)
     questions = held_out(args)
-    bb, r = open_parts(args)
-    flags = {"gate": args.gate} if args.gate else {}
-    ask = Assistant(bb, r, Settings.from_config(Config(), bb.model_id, **flags))
-    ask.answer(questions[0])  # warm-up: weights touched, graphs built, encoder loaded
+    ask = apps_assistant(args, questions)
     parts = {w: {"draft": [], "decode": [], "total": []} for w in WAYS}
     tokens = {w: 0 for w in WAYS}
     same = reads = 0

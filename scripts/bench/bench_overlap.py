@@ -19,9 +19,7 @@ from targ_mlx import bind_openblas
 bind_openblas()  # before mlx.core loads
 
 from targ_mlx import runner  # noqa: E402
-from targ_mlx.assistant import Assistant, Settings  # noqa: E402
-from targ_mlx.config import Config  # noqa: E402
-from answer_bench import open_parts, parser, questions as held_out, report  # noqa: E402
+from answer_bench import apps_assistant, parser, questions as held_out, report  # noqa: E402
 
 WAYS = ("after", "beside")
 
@@ -31,10 +29,7 @@ def main(argv=None):
     ap.add_argument("--gate", default=None, help="a search-first gate (default: the apps' evidence gate)")
     args = ap.parse_args(argv)
     questions = held_out(args)
-    bb, r = open_parts(args)
-    flags = {"gate": args.gate} if args.gate else {}
-    ask = Assistant(bb, r, Settings.from_config(Config(), bb.model_id, **flags))
-    ask.answer(questions[0])  # warm-up: weights touched, graphs built, encoder loaded
+    ask = apps_assistant(args, questions)
     times = {w: [] for w in WAYS}
     parts = {w: {"draft": [], "retrieval": [], "prefill": [], "decode": []} for w in WAYS}
     same, reads = 0, 0
