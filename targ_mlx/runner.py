@@ -75,9 +75,10 @@ Event = Union[Drafted, Searched, Decided, Text, Done]
 # where the model runs on a GPU the CPU is free and the search's encoder and BM25 time hide behind
 # the draft. On the CPU the kernels already keep every core busy: on 2 Zen 4 cores beside the draft
 # the 1.5B's draft took 1.19 s and the search 0.74 (0.89 and 0.22 one after the other), no faster
-# in all (BENCHMARKS.md, row "the search beside the draft"). None: beside the draft on a GPU, after
-# it on the CPU; True / False force either (scripts/bench/bench_overlap.py times both). The answer
-# is the same either way.
+# in all (BENCHMARKS.md, row "the search beside the draft"), so there it runs first, and the
+# draft's guesses (prompt lookup) may copy the passages it found. None: beside the draft on a GPU,
+# before it on the CPU; True / False force either (scripts/bench/bench_overlap.py times both). The
+# answer is the same either way.
 OVERLAP_SEARCH: bool | None = None
 _SEARCHER = ThreadPoolExecutor(1, thread_name_prefix="targ-search")  # one search at a time, reused
 
@@ -208,22 +209,26 @@ def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] |
         t0 = time.perf_counter()
         return search(), (t0, time.perf_counter())
 
-    if SEARCH in g.needs and DRAFT in g.needs and not unavailable and _searches_beside(bb, s, turns):
-        early = _SEARCHER.submit(search_beside)
+    packed, searched = None, ""
+    if SEARCH in g.needs and DRAFT in g.needs and not unavailable and _searches_first(s, turns):
+        if _searches_beside(bb):
+            early = _SEARCHER.submit(search_beside)
+        else:  # on the CPU: before the draft, whose guesses may then copy what it found
+            packed, searched = search()
     if DRAFT in g.needs:
         n = s.n_samples if SAMPLES in g.needs else 0
         a0 = time.perf_counter()
-        d = draft(bb, base_ids, s.k, n, s.temperature, s.seed)
+        d = draft(bb, base_ids, s.k, n, s.temperature, s.seed,
+                  bb.tokenizer.encode(packed.reading.text) if packed is not None else ())
         a1 = time.perf_counter()
         st.lat["draft"] = d.prefill_s + d.decode_s
         yield Drafted(tuple(d.tokens), st.lat["draft"])
 
-    packed, searched = None, ""
     if SEARCH in g.needs and not unavailable:
         if early is not None:
             (packed, searched), (b0, b1) = early.result()
             st.lat["overlap"] = max(0.0, min(a1, b1) - max(a0, b0))
-        else:
+        elif packed is None:
             packed, searched = search()
         yield Searched(_refs(packed, False), st.lat["retrieval"], searched)
 
@@ -338,12 +343,16 @@ def _kept_draft(bb: Backbone, q: str, d: Draft, s: Settings, st: _Run, read_text
     return why, shown or Text(said)
 
 
-def _searches_beside(bb: Backbone, s: Settings, turns: Sequence) -> bool:
-    """Whether the search runs beside the draft (`OVERLAP_SEARCH`): it must not need the draft (its
-    search route) nor the model itself (a follow-up's rewrite, the LLM reranker), which the draft
-    is using."""
-    wanted = bb.on_gpu if OVERLAP_SEARCH is None else OVERLAP_SEARCH
-    return wanted and s.draft_route <= 0 and not turns and s.rerank not in rerank.MODEL_RERANKERS
+def _searches_first(s: Settings, turns: Sequence) -> bool:
+    """Whether the search can start before the draft ends: it must not need the draft (its search
+    route) nor the model itself (a follow-up's rewrite, the LLM reranker), which the draft is
+    using."""
+    return s.draft_route <= 0 and not turns and s.rerank not in rerank.MODEL_RERANKERS
+
+
+def _searches_beside(bb: Backbone) -> bool:
+    """Whether a search that can start first runs beside the draft (`OVERLAP_SEARCH`), else before it."""
+    return bb.on_gpu if OVERLAP_SEARCH is None else OVERLAP_SEARCH
 
 
 def _recheck(bb: Backbone, d: Draft, s: Settings, cancel: threading.Event | None) -> Iterator[tuple[int, bool]]:

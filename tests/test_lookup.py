@@ -77,3 +77,21 @@ def test_a_draft_with_lookup_keeps_its_statistics_and_continues_from_its_cache(b
     for k in (7, 20):
         assert got["1", k] == got["0", k], k
     assert got["0", 7][0] + got["0", 7][4][:13] == got["0", 20][0]  # the same text, cut elsewhere
+
+
+def test_a_drafts_context_is_copied_from_but_never_read(backbone, monkeypatch):
+    """`draft(..., context=)`: tokens the guesses may come from besides the prompt (the passages a
+    search found first). The draft stays closed-book: the same tokens and statistics with a context
+    that holds its own words (so its guesses are right) as with none, in fewer model calls."""
+    bb = backbone
+    if not bb.engine.independent_rows:
+        pytest.skip("prompt lookup runs only where rows are computed alone (the CPU kernels)")
+    from targ_mlx import pipeline
+
+    ids = pipeline.prompt_ids(bb, "Who was the first person to reach the South Pole?", "paper")
+    monkeypatch.setenv(lookup.ENV, "1")
+    bare = D.draft(bb, ids, 20)
+    seen = _count_chunks(bb, monkeypatch)
+    fed = D.draft(bb, ids, 20, context=bb.tokenizer.encode(PASSAGE) + list(bare.tokens))
+    assert (fed.tokens, fed.entropies, fed.gaps, fed.ended) == (bare.tokens, bare.entropies, bare.gaps, bare.ended)
+    assert fed.context and seen["calls"] < len(fed.tokens) // 2, (seen, len(fed.tokens))

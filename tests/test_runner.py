@@ -188,11 +188,38 @@ def test_a_search_that_needs_the_draft_or_the_model_waits_for_the_draft(backbone
         assert watched.calls and all(t == threading.main_thread().name for t, _, _ in watched.calls)
 
 
-def test_on_the_cpu_the_search_runs_after_the_draft(backbone, small_index_dir, small_index_questions):
-    assert runner.OVERLAP_SEARCH is None and not backbone.on_gpu  # the CPU's kernels keep every core busy
+def test_on_the_cpu_the_search_runs_before_the_draft_and_its_passages_feed_the_drafts_guesses(
+        backbone, small_index_dir, small_index_questions, monkeypatch):
+    """The CPU's kernels keep every core busy, so the search runs first on this thread, and the
+    draft may copy guesses from the passages it found (`draft.Draft.context`): the same answer,
+    decision and scores as when the draft has nothing but its prompt to copy from."""
+    from targ_mlx.runtime import draft as D
+
+    assert runner.OVERLAP_SEARCH is None and not backbone.on_gpu
+    drafts = []
+    real = D.draft
+
+    def drafted(*a, **kw):  # a spy on the real draft: when it began and what it could copy from
+        began = time.perf_counter()
+        d = real(*a, **kw)
+        drafts.append((began, d.context))
+        return d
+
+    monkeypatch.setattr(runner, "draft", drafted)
+    q = small_index_questions[0]["question"]
+    s = Settings(gate="evidence", max_tokens=8)
     watched = _Watched(open_retriever(small_index_dir))
-    ans = runner.run(backbone, watched, small_index_questions[0]["question"], Settings(gate="evidence", max_tokens=8))
-    assert [t for t, _, _ in watched.calls] == [threading.main_thread().name] and ans.latency.overlap == 0
+    ans = runner.run(backbone, watched, q, s)
+    (thread, _, search_ended), = watched.calls
+    (draft_began, context), = drafts
+    assert thread == threading.main_thread().name and ans.latency.overlap == 0
+    assert search_ended <= draft_began  # the search came first
+    assert ans.found and ans.found[0].title in backbone.tokenizer.decode(list(context))  # its passages went to the draft
+    monkeypatch.setattr(runner, "OVERLAP_SEARCH", True)  # beside the draft: nothing found yet to copy from
+    beside = runner.run(backbone, watched, q, s)
+    assert drafts[-1][1] == ()
+    assert (ans.answer, ans.retrieved, ans.score, ans.scores, ans.found) == (
+        beside.answer, beside.retrieved, beside.score, beside.scores, beside.found)
 
 
 # "when" questions over the small index; SmolLM2's short-prompt reading of the first gives no year

@@ -1,5 +1,5 @@
-"""Seconds an answer takes with the search run beside the draft against after it, side by side in
-one process (issue 58, deliver 4: the evidence gate's search does not need the draft).
+"""Seconds an answer takes with the search run beside the draft against one after the other (before
+it, as the CPU runs it), side by side in one process (issue 58, deliver 4: the evidence gate's search does not need the draft).
 
 Each question is asked through the one answer runner (`targ ask`'s path) with the apps' settings
 and the evidence gate, once with `runner.OVERLAP_SEARCH` on and once off, the order alternating per
@@ -21,7 +21,7 @@ bind_openblas()  # before mlx.core loads
 from targ_mlx import runner  # noqa: E402
 from answer_bench import apps_assistant, parser, questions as held_out, report  # noqa: E402
 
-WAYS = ("after", "beside")
+WAYS = ("after", "beside")  # "after": the two one after the other (the search first since 2026-11-30)
 
 
 def main(argv=None):

@@ -33,6 +33,9 @@ class Draft:
     ended: bool  # the greedy draft produced EOS
     prefill_s: float
     decode_s: float
+    # tokens its guesses may also be copied from (prompt lookup): the passages a search found
+    # before the draft; what an answer continued from it copies from too
+    context: tuple[int, ...] = ()
 
 
 def _greedy(bb: Backbone, cache: list[Any], logits: mx.array, max_new: int, stats: bool = False,
@@ -43,8 +46,9 @@ def _greedy(bb: Backbone, cache: list[Any], logits: mx.array, max_new: int, stat
     The next step is scheduled (async_eval) before the current token is read back, so Python
     overhead overlaps with compute, as in mlx-lm's generate_step. The last token yielded is
     never fed to the model: the caller's cache ends just before it. With `history` (the tokens
-    the cache holds) and an engine whose rows are computed alone, guesses copied from the
-    history are verified a few at a time (`_greedy_lookup`): the same tokens, fewer steps.
+    the cache holds, after any other text worth copying from) and an engine whose rows are
+    computed alone, guesses copied from the history are verified a few at a time
+    (`_greedy_lookup`): the same tokens, fewer steps.
     """
     if max_new <= 0:
         return
@@ -124,11 +128,13 @@ def _trim(cache: list[Any], n: int) -> None:
 
 
 def draft(bb: Backbone, prompt_ids: list[int], k: int = DEFAULT_K, n_samples: int = 0,
-          temperature: float = DEFAULT_TEMPERATURE, seed: int = 0) -> Draft:
+          temperature: float = DEFAULT_TEMPERATURE, seed: int = 0, context: Sequence[int] = ()) -> Draft:
     """Prefill B(q) once and decode the k-token greedy draft (and N sampled prefixes).
 
     With n_samples > 0 the greedy row and the N sampled rows decode as one batch of N + 1
-    that shares the single prefill, so the variance gate costs one batched draft.
+    that shares the single prefill, so the variance gate costs one batched draft. `context`:
+    tokens the greedy draft's guesses may be copied from besides its prompt (never read by the
+    model: the draft is closed-book, token for token the same with or without it).
     """
     if k < 1:
         raise ValueError(f"draft length k must be >= 1, got {k}")
@@ -141,7 +147,7 @@ def draft(bb: Backbone, prompt_ids: list[int], k: int = DEFAULT_K, n_samples: in
     t1 = time.perf_counter()
     if n_samples == 0:
         toks, ents, gaps = [], [], []
-        for tok, e, g in _greedy(bb, cache, logits, k, stats=True, history=prompt_ids):
+        for tok, e, g in _greedy(bb, cache, logits, k, stats=True, history=[*context, *prompt_ids]):
             toks.append(tok)
             ents.append(e)
             gaps.append(g)
@@ -152,7 +158,7 @@ def draft(bb: Backbone, prompt_ids: list[int], k: int = DEFAULT_K, n_samples: in
         toks, ents_f, gaps_f, samples, cache = _batched_draft(bb, cache, logits, k, n_samples, temperature, seed)
         ended = toks[-1] in bb.tokenizer.eos_ids
     t2 = time.perf_counter()
-    return Draft(list(prompt_ids), toks, ents_f, gaps_f, samples, cache, ended, t1 - t0, t2 - t1)
+    return Draft(list(prompt_ids), toks, ents_f, gaps_f, samples, cache, ended, t1 - t0, t2 - t1, tuple(context))
 
 
 def _batched_draft(bb: Backbone, cache: list[Any], logits: mx.array, k: int, n: int, temperature: float,
@@ -184,7 +190,7 @@ def continue_with_stats(bb: Backbone, d: Draft, max_new: int, cancel: threading.
         return
     logits = bb.step(mx.array([d.tokens[-1]], dtype=mx.int32), d.cache)
     for tok, e, g in _greedy(bb, d.cache, logits, max_new, stats=True, cancel=cancel,
-                             history=d.prompt_ids + d.tokens):
+                             history=[*d.context, *d.prompt_ids, *d.tokens]):
         yield tok, e.item(), g.item()
 
 
@@ -193,7 +199,8 @@ def continue_tokens(bb: Backbone, d: Draft, max_new: int, cancel: threading.Even
     if d.ended or max_new <= 0:
         return
     logits = bb.step(mx.array([d.tokens[-1]], dtype=mx.int32), d.cache)
-    for tok, _, _ in _greedy(bb, d.cache, logits, max_new, cancel=cancel, history=d.prompt_ids + d.tokens):
+    for tok, _, _ in _greedy(bb, d.cache, logits, max_new, cancel=cancel,
+                             history=[*d.context, *d.prompt_ids, *d.tokens]):
         yield tok
 
 
