@@ -43,6 +43,24 @@ def test_mlx_vector_of_a_text_does_not_depend_on_its_batch(passages):
     np.testing.assert_allclose(together, alone, atol=1e-6)
 
 
+def test_mlx_encoder_computes_no_padding(passages):
+    """A batch's layers run on its real tokens only, packed one text after another: every product
+    gets sum(lengths) rows, not texts x the longest (a search's 20 results were a fifth padding)."""
+    from targ_mlx.index.encoder import resolve_model
+    from targ_mlx.index.mlx_encoder import MlxBert
+
+    model = MlxBert(resolve_model("all-MiniLM-L6-v2"))
+    texts = ["short", " ".join(x for _, x in passages[:3])]
+    lengths = [len(model.tokenizer.encode(t).ids) for t in texts]
+    rows = []
+    linear = model.ops.linear
+    model.ops.linear = lambda x, *a, **k: rows.append(x.shape[0]) or linear(x, *a, **k)
+    together = model.encode(texts, batch_size=2)
+    assert set(rows) == {sum(lengths)}, (rows, lengths)
+    model.ops.linear = linear
+    np.testing.assert_array_equal(together[0], model.encode(texts[:1])[0])
+
+
 def test_mlx_encoder_frees_each_layers_intermediates(passages):
     """A batch is evaluated a layer at a time, so its peak memory is about one layer's buffers, not
     six layers' (as one graph they all stayed alive: 560 MB instead of 206 MB at 32 x 131 tokens)."""

@@ -33,6 +33,19 @@ def test_layer_norm_adds_the_residual_first(N):
     np.testing.assert_allclose(plain, got, atol=1e-5)
 
 
+def test_layer_norm_gives_a_row_the_same_bits_whatever_rows_share_its_pass(N):
+    """Rows are normalised 8 at a time (their sums' chains side by side); each row's sums still run
+    in its own order, so a row alone and among 36 others (37: a last pass of 5) are the same bits."""
+    rng = np.random.default_rng(2)
+    x, r = rng.normal(3, 2, (37, 384)).astype(np.float32), rng.normal(0, 1, (37, 384)).astype(np.float32)
+    w, b = rng.normal(1, 0.1, 384).astype(np.float32), rng.normal(0, 0.1, 384).astype(np.float32)
+    args = (mx.array(w), mx.array(b), 1e-12)
+    together = np.asarray(N.layer_norm(mx.array(x), *args, residual=mx.array(r)))
+    for i in (0, 7, 8, 31, 36):
+        alone = np.asarray(N.layer_norm(mx.array(x[i:i + 1]), *args, residual=mx.array(r[i:i + 1])))
+        np.testing.assert_array_equal(alone[0], together[i])
+
+
 def _attention(qkv, n, heads):
     L, W = qkv.shape
     D = W // 3 // heads
@@ -158,3 +171,46 @@ def test_bf16_attention_rounds_its_operands_and_still_stops_at_each_rows_length(
     noisy[1, lengths[1]:] = 1e3
     again = np.asarray(N.bidir_attention(mx.array(noisy), mx.array(lengths), heads, 1 / math.sqrt(D), bf16=True))
     np.testing.assert_array_equal(again, got)
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_packed_attention_is_the_padded_one_without_the_padding(N, bf16):
+    """qkv (T, 3H) with the sequences' rows one after another (no padding computed) gives each
+    sequence's rows exactly the padded batch's."""
+    if bf16 and not N.bf16_products():
+        pytest.skip(f"this build multiplies no bfloat16 ({N.simd()})")
+    rng = np.random.default_rng(9)
+    heads, D, L = 12, 32, 70
+    lengths = np.array([70, 3, 41, 1, 66], dtype=np.int32)
+    padded = rng.normal(0, 1, (len(lengths), L, 3 * heads * D)).astype(np.float32)
+    packed = np.concatenate([padded[b, :n] for b, n in enumerate(lengths)])
+    want = np.asarray(N.bidir_attention(mx.array(padded), mx.array(lengths), heads, 1 / math.sqrt(D), bf16=bf16))
+    got = np.asarray(N.bidir_attention(mx.array(packed), mx.array(lengths), heads, 1 / math.sqrt(D), bf16=bf16))
+    assert got.shape == (lengths.sum(), heads * D)
+    np.testing.assert_array_equal(got, np.concatenate([want[b, :n] for b, n in enumerate(lengths)]))
+
+
+def test_packed_attention_refuses_lengths_that_do_not_cover_its_rows(N):
+    with pytest.raises(ValueError) as e:
+        N.bidir_attention(mx.zeros((10, 3 * 12 * 32)), mx.array(np.array([4, 5], dtype=np.int32)), 12, 0.17)
+    assert "sum to 9, not qkv's 10 rows" in str(e.value)
+
+
+def test_bf16_attention_on_amx_tiles_gives_the_vdpbf16ps_products(N):
+    """Where AMX-BF16 tiles are granted the bfloat16 attention multiplies on them (set_amx("vnni")
+    keeps vdpbf16ps): the same bfloat16 operands and probabilities, summed in another order;
+    sequences of 1, 17 and 70 keys (a part block of queries and of keys)."""
+    if not N.bf16_products() or not N.amx_status().startswith("on"):
+        pytest.skip(f"no AMX tiles here: {N.amx_status()}")
+    rng = np.random.default_rng(11)
+    lengths = np.array([70, 1, 17], dtype=np.int32)
+    for heads, D in ((12, 32), (4, 64)):
+        qkv = mx.array(rng.normal(0, 1, (int(lengths.sum()), 3 * heads * D)).astype(np.float32))
+        try:
+            N.set_amx("vnni")
+            want = np.asarray(N.bidir_attention(qkv, mx.array(lengths), heads, 1 / math.sqrt(D), bf16=True))
+        finally:
+            N.set_amx("amx")
+        got = np.asarray(N.bidir_attention(qkv, mx.array(lengths), heads, 1 / math.sqrt(D), bf16=True))
+        np.testing.assert_allclose(got, want, atol=1e-5)
+        assert not np.array_equal(got, want)  # the tiles ran, not the vdpbf16ps path

@@ -94,16 +94,21 @@ class _Ops:
             return self.k.gelu(x)
         return x * 0.5 * (1 + self.mx.erf(x * _GELU_C))
 
-    def attention(self, qkv, lengths, heads: int, scale: float):
-        """qkv (B, L, 3H) -> (B, L, H) over each row's first lengths[b] tokens."""
+    def attention(self, qkv, lengths, heads: int, scale: float, L: int):
+        """qkv (T, 3H), the sequences' rows one after another -> (T, H), each sequence attending
+        over its own lengths[b] rows. MLX's fused attention wants padded (B, L) rows, so there
+        they are scattered out and gathered back; the kernels take them packed."""
         if self.k is not None:
             return self.k.bidir_attention(qkv, lengths, heads, scale, bf16=self.bf16)
         mx = self.mx
-        B, L, W = qkv.shape
-        q, k, v = qkv.reshape(B, L, 3, heads, W // 3 // heads).transpose(2, 0, 3, 1, 4)
-        mask = mx.where(mx.arange(L)[None, :] < lengths[:, None], 0.0, -mx.inf)[:, None, None, :]
-        out = mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask.astype(q.dtype))
-        return out.transpose(0, 2, 1, 3).reshape(B, L, W // 3)
+        B, W = lengths.shape[0], qkv.shape[-1]
+        mask = mx.arange(L)[None, :] < lengths[:, None]  # (B, L): the real rows, in packed order
+        rows = mx.array(np.flatnonzero(np.asarray(mask)))
+        q, k, v = (mx.zeros((B * L, W), qkv.dtype).at[rows].add(qkv)
+                   .reshape(B, L, 3, heads, W // 3 // heads).transpose(2, 0, 3, 1, 4))
+        bias = mx.where(mask, 0.0, -mx.inf)[:, None, None, :]
+        out = mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=bias.astype(q.dtype))
+        return out.transpose(0, 2, 1, 3).reshape(B * L, W // 3)[rows]
 
 
 class MlxBert:
@@ -161,15 +166,22 @@ class MlxBert:
         return self.hidden
 
     def _forward(self, ids, lengths):
+        """ids (B, L) padded -> (B, H) mean-pooled. Every layer runs on the real tokens only, packed
+        one sequence after another (T = sum of lengths rows, not B x L); the last layer's rows go
+        back to their padded places for the pooling, so a vector's bits are those of the padded
+        computation (rows are independent, and padding added zeros)."""
         mx, ops = self.mx, self.ops
         B, L = ids.shape
         H = self.hidden
         word, pos, typ, ln_w, ln_b = self.emb
-        x = ops.layer_norm((word[ids] + pos[:L] + typ).reshape(B * L, H), ln_w, ln_b, self.eps)
+        real = np.arange(L)[None, :] < np.asarray(lengths)[:, None]
+        rows = mx.array(np.flatnonzero(real))  # each real token's place in the padded (B * L)
+        ids_p, pos_p = ids.reshape(-1)[rows], mx.array(np.nonzero(real)[1])
+        x = ops.layer_norm(word[ids_p] + pos[pos_p] + typ, ln_w, ln_b, self.eps)
         scale = (H // self.heads) ** -0.5
         for lay in self.layers:
-            qkv = ops.linear(x, lay["qkv_w"], lay["qkv_b"]).reshape(B, L, 3 * H)
-            a = ops.attention(qkv, lengths, self.heads, scale).reshape(B * L, H)
+            qkv = ops.linear(x, lay["qkv_w"], lay["qkv_b"])
+            a = ops.attention(qkv, lengths, self.heads, scale, L)
             x = ops.layer_norm(ops.linear(a, lay["o_w"], lay["o_b"]), *lay["ln1"], self.eps, residual=x)
             u = ops.linear(x, lay["up_w"], lay["up_b"], gelu=True)
             x = ops.layer_norm(ops.linear(u, lay["down_w"], lay["down_b"]), *lay["ln2"], self.eps, residual=x)
@@ -177,8 +189,9 @@ class MlxBert:
             # (560 MB for 32 x 131 tokens, not 206) and every fresh buffer is page-faulted in, which
             # made a batch 20-30% slower on the CPU.
             mx.eval(x)
-        mask = (mx.arange(L)[None, :] < lengths[:, None]).astype(mx.float32)[..., None]
-        return (x.reshape(B, L, H) * mask).sum(1) / mx.maximum(mask.sum(1), 1e-9)
+        x = mx.zeros((B * L, H), x.dtype).at[rows].add(x).reshape(B, L, H)
+        mask = mx.array(real.astype(np.float32))[..., None]
+        return (x * mask).sum(1) / mx.maximum(mask.sum(1), 1e-9)
 
     def encode(self, texts: Sequence[str], batch_size: int = 32, normalize_embeddings: bool = True,
                **_ignored) -> np.ndarray:

@@ -75,31 +75,42 @@ inline void gelu_erf(const float* x, size_t n, float* out) {
 }
 
 // y = LayerNorm(x + r) * w + b per row of H (r may be null). Sums run in double: H is small and
-// the mean of a residual stream can be large next to its spread.
+// the mean of a residual stream can be large next to its spread. A row's sums are one chain of
+// dependent adds in k order; RN rows' chains run side by side (the same order per row, so the
+// same bits), where one chain at a time waited ~4 cycles an element (a 384-wide row: 3 us).
 inline void layer_norm(const float* x, const float* r, const float* w, const float* b, float eps, int rows, int H,
                        float* y) {
+  constexpr int RN = 8;
   auto body = [&](int r0, int r1) {
-    std::vector<float> h(H);
-    for (int row = r0; row < r1; row++) {
-      const float* xr = x + (size_t)row * H;
-      const float* rr = r ? r + (size_t)row * H : nullptr;
-      double s = 0;
-      for (int j = 0; j < H; j++) {
-        h[j] = rr ? xr[j] + rr[j] : xr[j];
-        s += h[j];
+    std::vector<float> hb((size_t)RN * H);
+    for (int row = r0; row < r1; row += RN) {
+      const int rn = std::min(RN, r1 - row);
+      float* h[RN];
+      double s[RN] = {}, v[RN] = {};
+      for (int i = 0; i < rn; i++) {
+        h[i] = hb.data() + (size_t)i * H;
+        const float* xr = x + (size_t)(row + i) * H;
+        const float* rr = r ? r + (size_t)(row + i) * H : nullptr;
+        for (int j = 0; j < H; j++) h[i][j] = rr ? xr[j] + rr[j] : xr[j];
       }
-      float mean = (float)(s / H);
-      double v = 0;
-      for (int j = 0; j < H; j++) {
-        float d = h[j] - mean;
-        v += (double)d * d;
+      for (int i = rn; i < RN; i++) h[i] = h[0];  // idle chains (their sums unused)
+      for (int j = 0; j < H; j++)
+        for (int i = 0; i < RN; i++) s[i] += h[i][j];
+      float mean[RN];
+      for (int i = 0; i < RN; i++) mean[i] = (float)(s[i] / H);
+      for (int j = 0; j < H; j++)
+        for (int i = 0; i < RN; i++) {
+          float d = h[i][j] - mean[i];
+          v[i] += (double)d * d;
+        }
+      for (int i = 0; i < rn; i++) {
+        float rstd = (float)(1.0 / std::sqrt(v[i] / H + eps));
+        float* yr = y + (size_t)(row + i) * H;
+        for (int j = 0; j < H; j++) yr[j] = (h[i][j] - mean[i]) * rstd * w[j] + b[j];
       }
-      float rstd = (float)(1.0 / std::sqrt(v / H + eps));
-      float* yr = y + (size_t)row * H;
-      for (int j = 0; j < H; j++) yr[j] = (h[j] - mean) * rstd * w[j] + b[j];
     }
   };
-  if ((long)rows * H >= (1 << 14)) parallel_range(rows, 1, 16, body);
+  if ((long)rows * H >= (1 << 14)) parallel_range((rows + RN - 1) / RN, 1, 2, [&](int a, int e) { body(a * RN, std::min(rows, e * RN)); });
   else body(0, rows);
 }
 
@@ -163,21 +174,30 @@ inline void attend_rows(const float* const* q, float* const* o, const float* kt,
 }
 #endif
 
-// The tasks of a padded batch's attention (below, and bf16gemm.h's), one per (row, head) over the
-// pool: the outputs past a row's length zeroed, then fn(buffers, n, the row's qkv, the head's
-// first output, head) where the row has n > 0 tokens. One `Buffers` per range of tasks.
+// The tasks of a batch's attention (below, and bf16gemm.h's), one per (sequence, head) over the
+// pool; then fn(buffers, n, the sequence's qkv, the head's first output, head) where it has n > 0
+// tokens. One `Buffers` per range of tasks. Padded (B, L): sequence b's rows start at b * L and
+// its outputs past lengths[b] are zeroed. Packed (`packed`: the sequences' rows one after another,
+// lengths summing to the rows): no padding is computed at all (a batch of 20 search results was
+// a fifth padding, and every product, norm and GELU paid for it).
 template <class Buffers, class F>
-inline void for_each_row_head(const float* qkv, const int32_t* lengths, int B, int L, int NH, int D, float* out,
-                              const F& fn) {
+inline void for_each_row_head(const float* qkv, const int32_t* lengths, int B, int L, bool packed, int NH, int D,
+                              float* out, const F& fn) {
   const int H = NH * D;
+  std::vector<size_t> start(B);
+  for (size_t b = 0, s = 0; b < (size_t)B; b++) {
+    start[b] = packed ? s : b * L;
+    s += std::max(0, (int)lengths[b]);
+  }
   parallel_range(B * NH, 1, 1, [&](int t0, int t1) {
     Buffers buf;
     for (int task = t0; task < t1; task++) {
       const int bi = task / NH, h = task % NH;
-      const int n = std::max(0, std::min(L, (int)lengths[bi]));
-      float* ob = out + (size_t)bi * L * H + h * D;
-      for (int i = n; i < L; i++) std::memset(ob + (size_t)i * H, 0, D * sizeof(float));
-      if (n > 0) fn(buf, n, qkv + (size_t)bi * L * 3 * H, ob, h);
+      const int n = packed ? std::max(0, (int)lengths[bi]) : std::max(0, std::min(L, (int)lengths[bi]));
+      float* ob = out + start[bi] * H + h * D;
+      if (!packed)
+        for (int i = n; i < L; i++) std::memset(ob + (size_t)i * H, 0, D * sizeof(float));
+      if (n > 0) fn(buf, n, qkv + start[bi] * 3 * H, ob, h);
     }
   });
 }
@@ -186,14 +206,15 @@ inline void for_each_row_head(const float* qkv, const int32_t* lengths, int B, i
 //   qkv (B, L, 3 * NH * D): each token's [q heads | k heads | v heads], as one linear makes them
 //   lengths (B): real tokens of each row; positions >= length are padding, attended by nobody
 //   out (B, L, NH * D): softmax(scale * q k^T) v per head; padding rows are zero
-inline void bidir_attention(const float* qkv, const int32_t* lengths, int B, int L, int NH, int D, float scale,
-                            float* out) {
+//   packed: qkv (T, 3 * NH * D) and out (T, NH * D), the B sequences' rows one after another
+inline void bidir_attention(const float* qkv, const int32_t* lengths, int B, int L, bool packed, int NH, int D,
+                            float scale, float* out) {
   constexpr int QN = 4;  // query rows a pass over the keys serves
   const int H = NH * D, W = 3 * H;
   struct Buffers {
     std::vector<float> kt, v, s;
   };
-  for_each_row_head<Buffers>(qkv, lengths, B, L, NH, D, out, [&](Buffers& buf, int n, const float* base, float* ob, int h) {
+  for_each_row_head<Buffers>(qkv, lengths, B, L, packed, NH, D, out, [&](Buffers& buf, int n, const float* base, float* ob, int h) {
       auto& [kt, v, s] = buf;
       const int n16 = (n + 15) / 16 * 16;
       kt.assign((size_t)D * n16, 0.f);  // keys transposed: kt[d * n16 + j] = k_j[d]

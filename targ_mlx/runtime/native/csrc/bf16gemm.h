@@ -220,6 +220,25 @@ inline void bf16_linear(const float* x, int M, int K, const uint16_t* w, int N, 
     }
   });
 }
+// One row of scores (n of them, in a row of n32) -> its probabilities' numerators exp(scale s -
+// max) as bfloat16 into pr (zero from n to n32: the keys past n weigh nothing), returning
+// 1 / their float32 sum.
+inline float bf16_softmax_row(float* sr, int n, int n32, float scale, uint16_t* pr) {
+  const __m512 sc = _mm512_set1_ps(scale);
+  __m512 top = _mm512_set1_ps(-INFINITY);
+  for (int j = 0; j < n; j += 16) {
+    const __mmask16 m = n - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j)) - 1);
+    __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, sr + j), sc);
+    _mm512_mask_storeu_ps(sr + j, m, v);
+    top = _mm512_mask_max_ps(top, m, top, v);
+  }
+  const float inv = 1.f / exp_sub_sum(sr, _mm512_reduce_max_ps(top), sr, n);
+  for (int j = 0; j < n; j += 16)
+    _mm256_storeu_si256((__m256i*)(pr + j), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(sr + j)));
+  for (int j = n; j < n32; j++) pr[j] = 0;
+  return inv;
+}
+
 // Bidirectional attention with bfloat16 products (what torch's autocast runs for a BERT's
 // attention): scores q k^T and the weighted sum p v each in `vdpbf16ps`, softmax in float32.
 // Same contract as bert.h's bidir_attention; head_dim 32 or 64 (MiniLM: 32).
@@ -250,22 +269,7 @@ inline void bf16_attend_rows(const uint16_t* const* q, float* const* o, const ui
   }
   const int n2 = (n + 1) / 2;
   float inv[QN];
-  const __m512 sc = _mm512_set1_ps(scale);
-  for (int r = 0; r < QN; r++) {
-    float* sr = s + (size_t)r * n32;
-    __m512 top = _mm512_set1_ps(-INFINITY);
-    for (int j = 0; j < n; j += 16) {
-      const __mmask16 m = n - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j)) - 1);
-      __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, sr + j), sc);
-      _mm512_mask_storeu_ps(sr + j, m, v);
-      top = _mm512_mask_max_ps(top, m, top, v);
-    }
-    inv[r] = 1.f / exp_sub_sum(sr, _mm512_reduce_max_ps(top), sr, n);
-    uint16_t* pr = pb + (size_t)r * n32;  // past n: what the block held; only pr[n] is read, zeroed
-    for (int j = 0; j < n; j += 16)
-      _mm256_storeu_si256((__m256i*)(pr + j), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(sr + j)));
-    if (n & 1) pr[n] = 0;
-  }
+  for (int r = 0; r < QN; r++) inv[r] = bf16_softmax_row(s + (size_t)r * n32, n, n32, scale, pb + (size_t)r * n32);
   __m512 acc[QN][DB];
   for (int r = 0; r < QN; r++)
     for (int b = 0; b < DB; b++) acc[r][b] = _mm512_setzero_ps();
@@ -285,22 +289,90 @@ inline void bf16_attend_rows(const uint16_t* const* q, float* const* o, const ui
   }
 }
 
+#if TARG_AMX_BF16
+// The same attention on AMX-BF16 tiles (TDPBF16PS), 16 queries at a time: their scores against
+// 32 keys a step (D / 32 tile products each), the softmax above, then p v over 32 keys a step
+// into D / 16 C tiles. The operands are the layouts the vdpbf16ps path builds (kp's rows of 16
+// key pairs are a B tile, vp's rows of 16 dimension pairs too; qb and pb are A tiles' rows), so
+// only the order of the float32 sums differs (the tiles' order, as bf16_linear's). Each output
+// row depends on its own query only: the rows past n in the last block are computed and dropped.
+// Why: in vdpbf16ps the two products took most of an encode's attention, itself a fifth of it.
 template <int DB>
-inline void bf16_attention_d(const float* qkv, const int32_t* lengths, int B, int L, int NH, float scale, float* out) {
+inline void amx_bf16_attend(const uint16_t* qb, int n, int n32, const uint16_t* kp, const uint16_t* vp, float scale,
+                            float* ob, int H, float* s, uint16_t* pb) {
+  constexpr int D = DB * 16;
+  alignas(64) float ot[16 * D];
+  float inv[16];
+  for (int i = 0; i < n; i += 16) {
+    const int qn = std::min(16, n - i);
+    for (int j = 0; j < n32; j += 32) {
+      HwTiles::zero<0>();
+      HwTiles::zero<1>();
+      for (int ks = 0; ks < D / 32; ks++) {
+        HwTiles::load<4>(qb + (size_t)i * D + 32 * ks, D * 2);
+        HwTiles::load<5>(kp + ((size_t)16 * ks * n32 + j) * 2, (size_t)n32 * 4);
+        HwTiles::dpbf16<0, 4, 5>();
+        HwTiles::load<7>(kp + ((size_t)16 * ks * n32 + j + 16) * 2, (size_t)n32 * 4);
+        HwTiles::dpbf16<1, 4, 7>();
+      }
+      HwTiles::store<0>(s + j, (size_t)n32 * 4);
+      HwTiles::store<1>(s + j + 16, (size_t)n32 * 4);
+    }
+    for (int r = 0; r < qn; r++) inv[r] = bf16_softmax_row(s + (size_t)r * n32, n, n32, scale, pb + (size_t)r * n32);
+    HwTiles::zero<0>();
+    HwTiles::zero<1>();
+    if constexpr (DB == 4) {
+      HwTiles::zero<2>();
+      HwTiles::zero<3>();
+    }
+    for (int j = 0; j < n32; j += 32) {
+      const uint16_t* vj = vp + (size_t)(j / 2) * D * 2;
+      HwTiles::load<4>(pb + j, (size_t)n32 * 2);
+      HwTiles::load<5>(vj, D * 4);
+      HwTiles::dpbf16<0, 4, 5>();
+      HwTiles::load<7>(vj + 32, D * 4);
+      HwTiles::dpbf16<1, 4, 7>();
+      if constexpr (DB == 4) {
+        HwTiles::load<5>(vj + 64, D * 4);
+        HwTiles::dpbf16<2, 4, 5>();
+        HwTiles::load<7>(vj + 96, D * 4);
+        HwTiles::dpbf16<3, 4, 7>();
+      }
+    }
+    HwTiles::store<0>(ot, D * 4);
+    HwTiles::store<1>(ot + 16, D * 4);
+    if constexpr (DB == 4) {
+      HwTiles::store<2>(ot + 32, D * 4);
+      HwTiles::store<3>(ot + 48, D * 4);
+    }
+    for (int r = 0; r < qn; r++) {
+      const __m512 iv = _mm512_set1_ps(inv[r]);
+      for (int b = 0; b < DB; b++)
+        _mm512_storeu_ps(ob + (size_t)(i + r) * H + 16 * b, _mm512_mul_ps(_mm512_load_ps(ot + r * D + 16 * b), iv));
+    }
+  }
+}
+#endif
+
+template <int DB>
+inline void bf16_attention_d(const float* qkv, const int32_t* lengths, int B, int L, bool packed, int NH, float scale,
+                             float* out) {
   constexpr int D = DB * 16, QN = 4;
   const int H = NH * D, W = 3 * H;
   struct Buffers {
     std::vector<uint16_t> kp, vp, qb, pb;
     std::vector<float> s;
   };
-  for_each_row_head<Buffers>(qkv, lengths, B, L, NH, D, out, [&](Buffers& buf, int n, const float* base, float* ob, int h) {
+  const bool tiles = amx_bf16_takes(D);
+  for_each_row_head<Buffers>(qkv, lengths, B, L, packed, NH, D, out, [&](Buffers& buf, int n, const float* base, float* ob, int h) {
       auto& [kp, vp, qb, pb, s] = buf;
-      const int n32 = (n + 31) / 32 * 32, n2 = (n + 1) / 2;
+      const int n32 = (n + 31) / 32 * 32;
+      // rows to n32 (vp: keys, zero past n) and n16 (qb: queries) for the tiles' whole blocks
       kp.assign((size_t)D * n32, 0);
-      vp.assign((size_t)n2 * 2 * D, 0);
-      qb.resize((size_t)n * D);
-      s.resize((size_t)QN * n32);
-      pb.resize((size_t)QN * n32);
+      vp.assign((size_t)n32 * D, 0);
+      qb.assign((size_t)(n + 15) / 16 * 16 * D, 0);
+      s.resize((size_t)16 * n32);
+      pb.resize((size_t)16 * n32);
       // q rows as bfloat16; each key's pairs (d, d + 1) to kp[d / 2][j]; values of keys j and
       // j + 1 interleaved to vp[j / 2][d]. 32 values a conversion.
       const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6,
@@ -311,6 +383,12 @@ inline void bf16_attention_d(const float* qkv, const int32_t* lengths, int B, in
       uint32_t* vp32 = reinterpret_cast<uint32_t*>(vp.data());
       for (int j = 0; j < n; j++) {
         const float* row = base + (size_t)j * W + h * D;
+        if (j + 8 < n) {  // a token's head is D floats of a 3H-float row: too far apart for the
+          // hardware's prefetchers, and this loop and the values' waited on each line
+          const float* ahead = row + (size_t)8 * W;
+          for (int part = 0; part < 3; part++)
+            for (int d = 0; d < D; d += 16) _mm_prefetch((const char*)(ahead + (size_t)part * H + d), _MM_HINT_T0);
+        }
         for (int d = 0; d < D; d += 32) {
           _mm512_storeu_si512(qb.data() + (size_t)j * D + d, bf32(row + d));
           alignas(64) uint32_t pairs[16];
@@ -326,6 +404,16 @@ inline void bf16_attention_d(const float* qkv, const int32_t* lengths, int B, in
           _mm512_storeu_si512(vp32 + (size_t)(j / 2) * D + d + 16, _mm512_permutex2var_epi16(a, hi, b));
         }
       }
+#if TARG_AMX_BF16
+      if (tiles) {
+        HwTiles::begin(tile_config(64));
+        amx_bf16_attend<DB>(qb.data(), n, n32, kp.data(), vp.data(), scale, ob, H, s.data(), pb.data());
+        HwTiles::end();
+        return;
+      }
+#else
+      (void)tiles;
+#endif
       for (int i = 0; i < n; i += QN) {
         const int qn = std::min(QN, n - i);
         const uint16_t* qs[QN];
@@ -345,17 +433,17 @@ inline void bf16_attention_d(const float* qkv, const int32_t* lengths, int B, in
 }
 
 // false where the head dimension has no bfloat16 form here (the caller runs bert.h's).
-inline bool bf16_attention(const float* qkv, const int32_t* lengths, int B, int L, int NH, int D, float scale,
-                           float* out) {
-  if (D == 32) bf16_attention_d<2>(qkv, lengths, B, L, NH, scale, out);
-  else if (D == 64) bf16_attention_d<4>(qkv, lengths, B, L, NH, scale, out);
+inline bool bf16_attention(const float* qkv, const int32_t* lengths, int B, int L, bool packed, int NH, int D,
+                           float scale, float* out) {
+  if (D == 32) bf16_attention_d<2>(qkv, lengths, B, L, packed, NH, scale, out);
+  else if (D == 64) bf16_attention_d<4>(qkv, lengths, B, L, packed, NH, scale, out);
   else return false;
   return true;
 }
 #else
 constexpr bool kBf16 = false;
 inline void bf16_linear(const float*, int, int, const uint16_t*, int, const float*, float*, bool = false) {}
-inline bool bf16_attention(const float*, const int32_t*, int, int, int, int, float, float*) { return false; }
+inline bool bf16_attention(const float*, const int32_t*, int, int, bool, int, int, float, float*) { return false; }
 #endif
 
 }  // namespace targ

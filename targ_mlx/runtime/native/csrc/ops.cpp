@@ -958,9 +958,10 @@ class BidirAttention : public mx::UnaryPrimitive {
                   out = array::unsafe_weak_copy(out), heads = heads_, scale = scale_, bf16 = bf16_]() mutable {
       std::shared_ptr<std::vector<float>> h;
       const float* q = contiguous_f32(qkv, h);
-      int B = qkv.shape(0), L = qkv.shape(1), D = qkv.shape(2) / 3 / heads;
-      if (!(bf16 && targ::bf16_attention(q, len.data<int32_t>(), B, L, heads, D, scale, out.data<float>())))
-        targ::bidir_attention(q, len.data<int32_t>(), B, L, heads, D, scale, out.data<float>());
+      const bool packed = qkv.ndim() == 2;  // (T, 3H): the sequences' rows one after another
+      const int B = len.shape(0), L = packed ? 0 : qkv.shape(1), D = qkv.shape(-1) / 3 / heads;
+      if (!(bf16 && targ::bf16_attention(q, len.data<int32_t>(), B, L, packed, heads, D, scale, out.data<float>())))
+        targ::bidir_attention(q, len.data<int32_t>(), B, L, packed, heads, D, scale, out.data<float>());
     });
   }
   void eval_gpu(const std::vector<array>&, array&) override { throw std::runtime_error("TargBidirAttention runs on the CPU only"); }
@@ -977,13 +978,28 @@ class BidirAttention : public mx::UnaryPrimitive {
 
 array op_bidir_attention(const array& qkv_, const array& lengths, int heads, float scale, bool bf16) {
   array qkv = as_f32(qkv_);
-  if (qkv.ndim() != 3 || heads <= 0 || qkv.shape(2) % (3 * heads))
-    throw std::invalid_argument("bidir_attention: qkv must be (B, L, 3 * heads * head_dim)");
-  if (lengths.ndim() != 1 || lengths.shape(0) != qkv.shape(0))
+  const bool packed = qkv.ndim() == 2;
+  if ((qkv.ndim() != 3 && !packed) || heads <= 0 || qkv.shape(-1) % (3 * heads))
+    throw std::invalid_argument("bidir_attention: qkv must be (B, L, 3 * heads * head_dim) or packed (T, 3 * heads * head_dim)");
+  if (lengths.ndim() != 1 || (!packed && lengths.shape(0) != qkv.shape(0)))
     throw std::invalid_argument("bidir_attention: lengths must be (B,)");
   array len = mx::contiguous(mx::astype(lengths, mx::int32, cpu_stream()), false, cpu_stream());
-  return array({qkv.shape(0), qkv.shape(1), qkv.shape(2) / 3}, mx::float32,
-               std::make_shared<BidirAttention>(cpu_stream(), heads, scale, bf16 && targ::kBf16), {qkv, len});
+  if (packed) {  // the rows each sequence owns are read from the lengths: they must cover qkv exactly
+    mx::eval({len});
+    long total = 0;
+    for (int b = 0; b < len.shape(0); b++) {
+      const int32_t n = len.data<int32_t>()[b];
+      if (n < 0) throw std::invalid_argument("bidir_attention: a packed sequence's length is negative");
+      total += n;
+    }
+    if (total != qkv.shape(0))
+      throw std::invalid_argument("bidir_attention: packed lengths sum to " + std::to_string(total) + ", not qkv's " +
+                                  std::to_string(qkv.shape(0)) + " rows");
+  }
+  mx::Shape shape = qkv.shape();
+  shape.back() /= 3;
+  return array(shape, mx::float32, std::make_shared<BidirAttention>(cpu_stream(), heads, scale, bf16 && targ::kBf16),
+               {qkv, len});
 }
 
 // The encoder's bfloat16 products (bf16gemm.h): W packed once, x @ W + bias per call.
@@ -1106,7 +1122,8 @@ NB_MODULE(_targ_native, m) {
         nb::arg("residual") = nb::none(), "LayerNorm(x (+ residual)) * weight + bias over the last axis");
   m.def("bidir_attention", &op_bidir_attention, nb::arg("qkv"), nb::arg("lengths"), nb::arg("heads"), nb::arg("scale"),
         nb::arg("bf16") = false,
-        "softmax(scale q k^T) v per head over each row's first lengths[b] tokens; qkv (B, L, 3 H) -> (B, L, H); "
+        "softmax(scale q k^T) v per head over each row's first lengths[b] tokens; qkv (B, L, 3 H) -> (B, L, H), or "
+        "packed (T, 3 H) -> (T, H) with the sequences' rows one after another (lengths summing to T); "
         "bf16: both products in bfloat16 where the build multiplies it and head_dim is 32 or 64");
   m.def("bf16_pack", &op_bf16_pack, nb::arg("w"), "W (K, N) float32 -> bfloat16 pairs for bf16_linear: (N/16, K/2, 32) uint16");
   m.def("bf16_linear", &op_bf16_linear, nb::arg("x"), nb::arg("w"), nb::arg("bias") = nb::none(),
