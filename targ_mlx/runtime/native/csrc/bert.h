@@ -28,28 +28,31 @@ inline float gelu_scalar(float x) {
   return 0.5f * x * (1.f + (x < 0 ? -y : y));
 }
 
+#if TARG_AVX512
+// gelu_scalar's operations 16 lanes at a time (the same bits: exp512 scales by 2^n exactly); inline
+// for the products that apply it to a tile's outputs while they are in registers.
+inline __m512 gelu512(__m512 v) {
+  const __m512 one = _mm512_set1_ps(1.f), half = _mm512_set1_ps(0.5f);
+  __m512 z = _mm512_mul_ps(_mm512_abs_ps(v), _mm512_set1_ps(0.70710678118654752f));
+  __m512 t = _mm512_div_ps(one, _mm512_fmadd_ps(_mm512_set1_ps(kErfP), z, one));
+  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(kErfA5), t, _mm512_set1_ps(kErfA4));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(kErfA3));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(kErfA2));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(kErfA1));
+  p = _mm512_mul_ps(p, t);
+  __m512 y = _mm512_fnmadd_ps(p, exp512(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(z, z))), one);
+  y = _mm512_castsi512_ps(
+      _mm512_or_si512(_mm512_castps_si512(y), _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(INT32_MIN))));
+  return _mm512_mul_ps(_mm512_mul_ps(half, v), _mm512_add_ps(one, y));
+}
+#endif
+
 // out = x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), the GELU BERT was trained with.
 inline void gelu_erf(const float* x, size_t n, float* out) {
   auto body = [&](int b, int e) {
     size_t i = (size_t)b * 8, end = std::min(n, (size_t)e * 8);
 #if TARG_AVX512
-    {  // the same operations 16 lanes at a time (the same bits: exp512 scales by 2^n exactly)
-      const __m512 one = _mm512_set1_ps(1.f), half = _mm512_set1_ps(0.5f);
-      for (; i + 16 <= end; i += 16) {
-        __m512 v = _mm512_loadu_ps(x + i);
-        __m512 z = _mm512_mul_ps(_mm512_abs_ps(v), _mm512_set1_ps(0.70710678118654752f));
-        __m512 t = _mm512_div_ps(one, _mm512_fmadd_ps(_mm512_set1_ps(kErfP), z, one));
-        __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(kErfA5), t, _mm512_set1_ps(kErfA4));
-        p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(kErfA3));
-        p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(kErfA2));
-        p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(kErfA1));
-        p = _mm512_mul_ps(p, t);
-        __m512 y = _mm512_fnmadd_ps(p, exp512(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(z, z))), one);
-        y = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(y), _mm512_and_si512(_mm512_castps_si512(v),
-                                                                                        _mm512_set1_epi32(INT32_MIN))));
-        _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_mul_ps(half, v), _mm512_add_ps(one, y)));
-      }
-    }
+    for (; i + 16 <= end; i += 16) _mm512_storeu_ps(out + i, gelu512(_mm512_loadu_ps(x + i)));
 #endif
 #if TARG_AVX2 || TARG_AVX512
     const __m256 sign = _mm256_set1_ps(-0.f), one = _mm256_set1_ps(1.f), half = _mm256_set1_ps(0.5f);

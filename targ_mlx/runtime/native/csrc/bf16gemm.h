@@ -143,9 +143,7 @@ inline void amx_bf16_block(const uint16_t* a, size_t lda, const uint16_t* w, siz
     for (int j = 0; j < CB; j++) {
       __m512 v = _mm512_load_ps(cb[2 * (r / 16) + j] + (r % 16) * 16);
       if (bias) v = _mm512_add_ps(v, _mm512_loadu_ps(bias + 16 * j));
-      float* o = c + (size_t)r * ldc + 16 * j;
-      _mm512_storeu_ps(o, v);
-      if (gelu) gelu_erf(o, 16, o);
+      _mm512_storeu_ps(c + (size_t)r * ldc + 16 * j, gelu ? gelu512(v) : v);
     }
 }
 
@@ -290,65 +288,104 @@ inline void bf16_attend_rows(const uint16_t* const* q, float* const* o, const ui
 }
 
 #if TARG_AMX_BF16
-// The same attention on AMX-BF16 tiles (TDPBF16PS), 16 queries at a time: their scores against
+// The same attention on AMX-BF16 tiles (TDPBF16PS), 16 RB queries at a time: their scores against
 // 32 keys a step (D / 32 tile products each), the softmax above, then p v over 32 keys a step
-// into D / 16 C tiles. The operands are the layouts the vdpbf16ps path builds (kp's rows of 16
-// key pairs are a B tile, vp's rows of 16 dimension pairs too; qb and pb are A tiles' rows), so
-// only the order of the float32 sums differs (the tiles' order, as bf16_linear's). Each output
-// row depends on its own query only: the rows past n in the last block are computed and dropped.
+// into D / 16 C tiles per 16 queries. The operands are the layouts the vdpbf16ps path builds
+// (kp's rows of 16 key pairs are a B tile, vp's rows of 16 dimension pairs too; qb and pb are A
+// tiles' rows), so only the order of the float32 sums differs (the tiles' order, as
+// bf16_linear's). Each output row depends on its own query only: the rows past n in the last
+// block are computed and dropped. RB = 2 (D = 32): two blocks of queries share each key and value
+// tile loaded, and with D = 32 the query tiles stay loaded across all the keys.
 // Why: in vdpbf16ps the two products took most of an encode's attention, itself a fifth of it.
-template <int DB>
-inline void amx_bf16_attend(const uint16_t* qb, int n, int n32, const uint16_t* kp, const uint16_t* vp, float scale,
-                            float* ob, int H, float* s, uint16_t* pb) {
+template <int DB, int RB>
+inline void amx_bf16_attend_block(const uint16_t* qb, int i, int qn, int n, int n32, const uint16_t* kp,
+                                  const uint16_t* vp, float scale, float* ob, int H, float* s, uint16_t* pb) {
   constexpr int D = DB * 16;
-  alignas(64) float ot[16 * D];
-  float inv[16];
-  for (int i = 0; i < n; i += 16) {
-    const int qn = std::min(16, n - i);
-    for (int j = 0; j < n32; j += 32) {
-      HwTiles::zero<0>();
-      HwTiles::zero<1>();
-      for (int ks = 0; ks < D / 32; ks++) {
-        HwTiles::load<4>(qb + (size_t)i * D + 32 * ks, D * 2);
-        HwTiles::load<5>(kp + ((size_t)16 * ks * n32 + j) * 2, (size_t)n32 * 4);
-        HwTiles::dpbf16<0, 4, 5>();
-        HwTiles::load<7>(kp + ((size_t)16 * ks * n32 + j + 16) * 2, (size_t)n32 * 4);
-        HwTiles::dpbf16<1, 4, 7>();
-      }
-      HwTiles::store<0>(s + j, (size_t)n32 * 4);
-      HwTiles::store<1>(s + j + 16, (size_t)n32 * 4);
-    }
-    for (int r = 0; r < qn; r++) inv[r] = bf16_softmax_row(s + (size_t)r * n32, n, n32, scale, pb + (size_t)r * n32);
+  static_assert(RB == 1 || DB == 2, "two query blocks only where p v needs two C tiles each");
+  alignas(64) float ot[16 * RB * D];
+  float inv[16 * RB];
+  const size_t ks_stride = (size_t)16 * n32 * 2;  // a k-step (32 dimensions) of kp
+  auto load_q = [&](int ks) {
+    HwTiles::load<4>(qb + (size_t)i * D + 32 * ks, D * 2);
+    if constexpr (RB == 2) HwTiles::load<6>(qb + (size_t)(i + 16) * D + 32 * ks, D * 2);
+  };
+  if constexpr (D == 32) load_q(0);
+  for (int j = 0; j < n32; j += 32) {
     HwTiles::zero<0>();
     HwTiles::zero<1>();
-    if constexpr (DB == 4) {
+    if constexpr (RB == 2) {
       HwTiles::zero<2>();
       HwTiles::zero<3>();
     }
-    for (int j = 0; j < n32; j += 32) {
-      const uint16_t* vj = vp + (size_t)(j / 2) * D * 2;
-      HwTiles::load<4>(pb + j, (size_t)n32 * 2);
-      HwTiles::load<5>(vj, D * 4);
+    for (int ks = 0; ks < D / 32; ks++) {
+      if constexpr (D != 32) load_q(ks);
+      HwTiles::load<5>(kp + ks * ks_stride + (size_t)j * 2, (size_t)n32 * 4);
       HwTiles::dpbf16<0, 4, 5>();
-      HwTiles::load<7>(vj + 32, D * 4);
+      if constexpr (RB == 2) HwTiles::dpbf16<2, 6, 5>();
+      HwTiles::load<7>(kp + ks * ks_stride + (size_t)(j + 16) * 2, (size_t)n32 * 4);
       HwTiles::dpbf16<1, 4, 7>();
-      if constexpr (DB == 4) {
-        HwTiles::load<5>(vj + 64, D * 4);
-        HwTiles::dpbf16<2, 4, 5>();
-        HwTiles::load<7>(vj + 96, D * 4);
-        HwTiles::dpbf16<3, 4, 7>();
-      }
+      if constexpr (RB == 2) HwTiles::dpbf16<3, 6, 7>();
     }
-    HwTiles::store<0>(ot, D * 4);
-    HwTiles::store<1>(ot + 16, D * 4);
+    HwTiles::store<0>(s + j, (size_t)n32 * 4);
+    HwTiles::store<1>(s + j + 16, (size_t)n32 * 4);
+    if constexpr (RB == 2) {
+      HwTiles::store<2>(s + (size_t)16 * n32 + j, (size_t)n32 * 4);
+      HwTiles::store<3>(s + (size_t)16 * n32 + j + 16, (size_t)n32 * 4);
+    }
+  }
+  for (int r = 0; r < qn; r++) inv[r] = bf16_softmax_row(s + (size_t)r * n32, n, n32, scale, pb + (size_t)r * n32);
+  HwTiles::zero<0>();
+  HwTiles::zero<1>();
+  if constexpr (DB == 4 || RB == 2) {
+    HwTiles::zero<2>();
+    HwTiles::zero<3>();
+  }
+  for (int j = 0; j < n32; j += 32) {
+    const uint16_t* vj = vp + (size_t)(j / 2) * D * 2;
+    HwTiles::load<4>(pb + j, (size_t)n32 * 2);
+    if constexpr (RB == 2) HwTiles::load<6>(pb + (size_t)16 * n32 + j, (size_t)n32 * 2);
+    HwTiles::load<5>(vj, D * 4);
+    HwTiles::dpbf16<0, 4, 5>();
+    if constexpr (RB == 2) HwTiles::dpbf16<2, 6, 5>();
+    HwTiles::load<7>(vj + 32, D * 4);
+    HwTiles::dpbf16<1, 4, 7>();
+    if constexpr (RB == 2) HwTiles::dpbf16<3, 6, 7>();
     if constexpr (DB == 4) {
-      HwTiles::store<2>(ot + 32, D * 4);
-      HwTiles::store<3>(ot + 48, D * 4);
+      HwTiles::load<5>(vj + 64, D * 4);
+      HwTiles::dpbf16<2, 4, 5>();
+      HwTiles::load<7>(vj + 96, D * 4);
+      HwTiles::dpbf16<3, 4, 7>();
     }
-    for (int r = 0; r < qn; r++) {
-      const __m512 iv = _mm512_set1_ps(inv[r]);
-      for (int b = 0; b < DB; b++)
-        _mm512_storeu_ps(ob + (size_t)(i + r) * H + 16 * b, _mm512_mul_ps(_mm512_load_ps(ot + r * D + 16 * b), iv));
+  }
+  HwTiles::store<0>(ot, D * 4);
+  HwTiles::store<1>(ot + 16, D * 4);
+  if constexpr (DB == 4) {
+    HwTiles::store<2>(ot + 32, D * 4);
+    HwTiles::store<3>(ot + 48, D * 4);
+  }
+  if constexpr (RB == 2) {
+    HwTiles::store<2>(ot + 16 * D, D * 4);
+    HwTiles::store<3>(ot + 16 * D + 16, D * 4);
+  }
+  for (int r = 0; r < qn; r++) {
+    const __m512 iv = _mm512_set1_ps(inv[r]);
+    for (int b = 0; b < DB; b++)
+      _mm512_storeu_ps(ob + (size_t)(i + r) * H + 16 * b, _mm512_mul_ps(_mm512_load_ps(ot + r * D + 16 * b), iv));
+  }
+}
+
+// One (sequence, head): its queries 32 at a time where D = 32 (16 for the last 1..16), else 16.
+template <int DB>
+inline void amx_bf16_attend(const uint16_t* qb, int n, int n32, const uint16_t* kp, const uint16_t* vp, float scale,
+                            float* ob, int H, float* s, uint16_t* pb) {
+  for (int i = 0; i < n;) {
+    const int left = n - i;
+    if (DB == 2 && left > 16) {
+      amx_bf16_attend_block<DB, DB == 2 ? 2 : 1>(qb, i, std::min(32, left), n, n32, kp, vp, scale, ob, H, s, pb);
+      i += 32;
+    } else {
+      amx_bf16_attend_block<DB, 1>(qb, i, std::min(16, left), n, n32, kp, vp, scale, ob, H, s, pb);
+      i += 16;
     }
   }
 }
@@ -367,12 +404,12 @@ inline void bf16_attention_d(const float* qkv, const int32_t* lengths, int B, in
   for_each_row_head<Buffers>(qkv, lengths, B, L, packed, NH, D, out, [&](Buffers& buf, int n, const float* base, float* ob, int h) {
       auto& [kp, vp, qb, pb, s] = buf;
       const int n32 = (n + 31) / 32 * 32;
-      // rows to n32 (vp: keys, zero past n) and n16 (qb: queries) for the tiles' whole blocks
+      // rows to n32 (vp: keys, zero past n; qb: queries) for the tiles' whole blocks
       kp.assign((size_t)D * n32, 0);
       vp.assign((size_t)n32 * D, 0);
-      qb.assign((size_t)(n + 15) / 16 * 16 * D, 0);
-      s.resize((size_t)16 * n32);
-      pb.resize((size_t)16 * n32);
+      qb.assign((size_t)(n + 31) / 32 * 32 * D, 0);
+      s.resize((size_t)32 * n32);
+      pb.resize((size_t)32 * n32);
       // q rows as bfloat16; each key's pairs (d, d + 1) to kp[d / 2][j]; values of keys j and
       // j + 1 interleaved to vp[j / 2][d]. 32 values a conversion.
       const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6,
