@@ -31,7 +31,7 @@ from targ_mlx.retrieval import Retriever
 from targ_mlx.runtime.backbone import Backbone
 from targ_mlx.settings import Settings
 from targ_mlx.runtime import batch
-from targ_mlx.runtime.draft import Draft, continue_tokens, continue_with_stats, draft, generate_tokens
+from targ_mlx.runtime.draft import Draft, continue_tokens, continue_with_stats, copies, draft, generate_tokens
 
 
 @dataclass(frozen=True)
@@ -218,8 +218,8 @@ def stream_answer(bb: Backbone, retriever: Retriever | Callable[[], Retriever] |
     if DRAFT in g.needs:
         n = s.n_samples if SAMPLES in g.needs else 0
         a0 = time.perf_counter()
-        d = draft(bb, base_ids, s.k, n, s.temperature, s.seed,
-                  bb.tokenizer.encode(packed.reading.text) if packed is not None else ())
+        found = bb.tokenizer.encode(packed.reading.text) if packed is not None and copies(bb) else ()
+        d = draft(bb, base_ids, s.k, n, s.temperature, s.seed, found)
         a1 = time.perf_counter()
         st.lat["draft"] = d.prefill_s + d.decode_s
         yield Drafted(tuple(d.tokens), st.lat["draft"])

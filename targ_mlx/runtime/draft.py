@@ -38,6 +38,12 @@ class Draft:
     context: tuple[int, ...] = ()
 
 
+def copies(bb: Backbone) -> bool:
+    """Whether greedy decoding on `bb` copies guesses from what it was given (prompt lookup): where
+    the engine computes each row alone (a chunk's logits are the one-step ones) and it is not off."""
+    return bb.engine.independent_rows and lookup.enabled()
+
+
 def _greedy(bb: Backbone, cache: list[Any], logits: mx.array, max_new: int, stats: bool = False,
             cancel: threading.Event | None = None, history: Sequence[int] | None = None
             ) -> Iterator[tuple[int, mx.array | None, mx.array | None]]:
@@ -52,7 +58,7 @@ def _greedy(bb: Backbone, cache: list[Any], logits: mx.array, max_new: int, stat
     """
     if max_new <= 0:
         return
-    if history is not None and bb.engine.independent_rows and lookup.enabled():
+    if history is not None and copies(bb):
         yield from _greedy_lookup(bb, cache, logits, max_new, stats, cancel, history)
         return
     eos = bb.tokenizer.eos_ids
