@@ -404,3 +404,26 @@ def test_every_signal_of_a_search_first_decision_round_trips(log):
     assert row["extra"]["confirmed"] is True  # the passages held the draft's answer
     assert row["u"] == pytest.approx(0.2) and row["u_margin"] == 0.5 and row["passages"] == []
     assert [r.u for r in score_rows(log, "evidence", 20)] == pytest.approx([0.0, 0.1, 0.2])
+
+
+def test_the_log_loads_sqlite_utils_without_pandas_and_pandas_still_imports_after(tmp_path):
+    """sqlite-utils imports pandas whenever it is installed (0.23 s of every `targ ask` start,
+    for a type this log never stores): the log loads it with pandas hidden; a decision is written
+    and read back, and pandas imports as usual afterwards."""
+    pytest.importorskip("pandas")
+    code = """
+import sys
+from targ_mlx.log.decisions import DecisionLog
+from targ_mlx.records import Answer
+log = DecisionLog(sys.argv[1])
+log.record(Answer(question="q", answer="a", model="m", gate="margin", tau=0.3, score=0.1, retrieved=False,
+                  scores={"margin": 0.1}), source="eval", session="s")
+print("pandas" in sys.modules, log.count())
+import pandas
+print(pandas.DataFrame({"a": [1, 2]}).shape)
+"""
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    run = subprocess.run([sys.executable, "-c", code, str(tmp_path / "log.db")], capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split("\n")[:2] == ["False 1", "(2, 1)"]

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
-import sqlite_utils
 
+from targ_mlx import _sqlite_utils
 from targ_mlx.index.chunking import ChunkParams
 from targ_mlx.index.encoder import Encoder
 from targ_mlx.index.errors import CorpusError, IndexMismatchError
@@ -43,6 +43,8 @@ from targ_mlx.index.store import (
     save_graph,
     write_json_atomic,
 )
+
+sqlite_utils = _sqlite_utils.load()
 
 logger = logging.getLogger(__name__)
 

@@ -18,9 +18,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, TypeVar
 
-from sqlite_utils import Database
-
+from targ_mlx import _sqlite_utils
 from targ_mlx.errors import TargError
+
+Database = _sqlite_utils.load().Database
 
 logger = logging.getLogger(__name__)
 
