@@ -111,6 +111,12 @@ def test_attention_with_left_padding_and_a_cache_view(N, L):
     kbuf, vbuf = mx.concatenate([k, pad], axis=2), mx.concatenate([v, pad], axis=2)
     out = N.attention(q, kbuf[:, :, :S, :], vbuf[:, :, :S, :], 0.125, lp)
     assert mx.abs(out - ref).max().item() < 1e-5
+    # each query alone (a decode step at its position: its kv head's 3 query heads as one block)
+    # gets the bits it gets among the 20 of a prefill (4 queries' weighted sums side by side)
+    for t in range(L):
+        at = S - L + t
+        one = N.attention(q[:, :, t : t + 1], k[:, :, : at + 1], v[:, :, : at + 1], 0.125, lp)
+        assert mx.array_equal(one[:, 0], out[:, t]), t
 
 
 
