@@ -94,16 +94,16 @@ class _Ops:
             return self.k.gelu(x)
         return x * 0.5 * (1 + self.mx.erf(x * _GELU_C))
 
-    def attention(self, qkv, lengths, heads: int, scale: float, L: int):
+    def attention(self, qkv, lengths, heads: int, scale: float, rows, L: int):
         """qkv (T, 3H), the sequences' rows one after another -> (T, H), each sequence attending
         over its own lengths[b] rows. MLX's fused attention wants padded (B, L) rows, so there
-        they are scattered out and gathered back; the kernels take them packed."""
+        they are scattered out to `rows` (each real row's place in B x L) and gathered back; the
+        kernels take them packed."""
         if self.k is not None:
             return self.k.bidir_attention(qkv, lengths, heads, scale, bf16=self.bf16)
         mx = self.mx
         B, W = lengths.shape[0], qkv.shape[-1]
-        mask = mx.arange(L)[None, :] < lengths[:, None]  # (B, L): the real rows, in packed order
-        rows = mx.array(np.flatnonzero(np.asarray(mask)))
+        mask = mx.arange(L)[None, :] < lengths[:, None]  # (B, L): the real rows
         q, k, v = (mx.zeros((B * L, W), qkv.dtype).at[rows].add(qkv)
                    .reshape(B, L, 3, heads, W // 3 // heads).transpose(2, 0, 3, 1, 4))
         bias = mx.where(mask, 0.0, -mx.inf)[:, None, None, :]
@@ -181,7 +181,7 @@ class MlxBert:
         scale = (H // self.heads) ** -0.5
         for lay in self.layers:
             qkv = ops.linear(x, lay["qkv_w"], lay["qkv_b"])
-            a = ops.attention(qkv, lengths, self.heads, scale, L)
+            a = ops.attention(qkv, lengths, self.heads, scale, rows, L)
             x = ops.layer_norm(ops.linear(a, lay["o_w"], lay["o_b"]), *lay["ln1"], self.eps, residual=x)
             u = ops.linear(x, lay["up_w"], lay["up_b"], gelu=True)
             x = ops.layer_norm(ops.linear(u, lay["down_w"], lay["down_b"]), *lay["ln2"], self.eps, residual=x)

@@ -37,6 +37,12 @@ class Draft:
     # before the draft; what an answer continued from it copies from too
     context: tuple[int, ...] = ()
 
+    @property
+    def history(self) -> list[int]:
+        """What an answer continued from it may copy its guesses from: the context, the prompt and
+        the draft's own tokens, in that order."""
+        return [*self.context, *self.prompt_ids, *self.tokens]
+
 
 def copies(bb: Backbone) -> bool:
     """Whether greedy decoding on `bb` copies guesses from what it was given (prompt lookup): where
@@ -196,7 +202,7 @@ def continue_with_stats(bb: Backbone, d: Draft, max_new: int, cancel: threading.
         return
     logits = bb.step(mx.array([d.tokens[-1]], dtype=mx.int32), d.cache)
     for tok, e, g in _greedy(bb, d.cache, logits, max_new, stats=True, cancel=cancel,
-                             history=[*d.context, *d.prompt_ids, *d.tokens]):
+                             history=d.history):
         yield tok, e.item(), g.item()
 
 
@@ -206,7 +212,7 @@ def continue_tokens(bb: Backbone, d: Draft, max_new: int, cancel: threading.Even
         return
     logits = bb.step(mx.array([d.tokens[-1]], dtype=mx.int32), d.cache)
     for tok, _, _ in _greedy(bb, d.cache, logits, max_new, cancel=cancel,
-                             history=[*d.context, *d.prompt_ids, *d.tokens]):
+                             history=d.history):
         yield tok
 
 

@@ -378,16 +378,11 @@ inline void amx_bf16_attend_block(const uint16_t* qb, int i, int qn, int n, int 
 template <int DB>
 inline void amx_bf16_attend(const uint16_t* qb, int n, int n32, const uint16_t* kp, const uint16_t* vp, float scale,
                             float* ob, int H, float* s, uint16_t* pb) {
-  for (int i = 0; i < n;) {
-    const int left = n - i;
-    if (DB == 2 && left > 16) {
-      amx_bf16_attend_block<DB, DB == 2 ? 2 : 1>(qb, i, std::min(32, left), n, n32, kp, vp, scale, ob, H, s, pb);
-      i += 32;
-    } else {
-      amx_bf16_attend_block<DB, 1>(qb, i, std::min(16, left), n, n32, kp, vp, scale, ob, H, s, pb);
-      i += 16;
-    }
-  }
+  int i = 0;
+  if constexpr (DB == 2)
+    for (; n - i > 16; i += 32)
+      amx_bf16_attend_block<DB, 2>(qb, i, std::min(32, n - i), n, n32, kp, vp, scale, ob, H, s, pb);
+  for (; i < n; i += 16) amx_bf16_attend_block<DB, 1>(qb, i, std::min(16, n - i), n, n32, kp, vp, scale, ob, H, s, pb);
 }
 #endif
 
@@ -407,7 +402,7 @@ inline void bf16_attention_d(const float* qkv, const int32_t* lengths, int B, in
       // rows to n32 (vp: keys, zero past n; qb: queries) for the tiles' whole blocks
       kp.assign((size_t)D * n32, 0);
       vp.assign((size_t)n32 * D, 0);
-      qb.assign((size_t)(n + 31) / 32 * 32 * D, 0);
+      qb.assign((size_t)n32 * D, 0);
       s.resize((size_t)32 * n32);
       pb.resize((size_t)32 * n32);
       // q rows as bfloat16; each key's pairs (d, d + 1) to kp[d / 2][j]; values of keys j and
