@@ -399,12 +399,15 @@ inline void bf16_attention_d(const float* qkv, const int32_t* lengths, int B, in
   for_each_row_head<Buffers>(qkv, lengths, B, L, packed, NH, D, out, [&](Buffers& buf, int n, const float* base, float* ob, int h) {
       auto& [kp, vp, qb, pb, s] = buf;
       const int n32 = (n + 31) / 32 * 32;
-      // rows to n32 (vp: keys, zero past n; qb: queries) for the tiles' whole blocks
+      // keys to n32 (kp, vp: zero past n) for whole blocks of 32 keys; the tiles also read queries
+      // (qb, zero past n) and scores (s, pb) 32 rows a block, the vdpbf16ps rows QN at a time
+      const int rows = tiles ? 32 : QN;
       kp.assign((size_t)D * n32, 0);
       vp.assign((size_t)n32 * D, 0);
-      qb.assign((size_t)n32 * D, 0);
-      s.resize((size_t)32 * n32);
-      pb.resize((size_t)32 * n32);
+      if (tiles) qb.assign((size_t)n32 * D, 0);
+      else qb.resize((size_t)n * D);
+      s.resize((size_t)rows * n32);
+      pb.resize((size_t)rows * n32);
       // q rows as bfloat16; each key's pairs (d, d + 1) to kp[d / 2][j]; values of keys j and
       // j + 1 interleaved to vp[j / 2][d]. 32 values a conversion.
       const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6,
