@@ -18,7 +18,7 @@ FUSE_DEPTH = 20  # passages taken from each ranking before fusing
 # How an index with a BM25 part is searched (`--retriever`): vectors, BM25, or both fused by rank
 RETRIEVERS = ("dense", "bm25", "hybrid")
 RETRIEVER_HELP = ("how the index is searched: dense vectors, bm25, or hybrid (both, fused by rank; on a BM25-only "
-                  "index, BM25's top 20 re-ordered by cosine). Default: bm25 on a BM25-only index, hybrid on an "
+                  "index, BM25's top 20 re-ordered by cosine). Default: hybrid on a BM25-only index and on an "
                   "index of 100k passages or more with both parts, else dense")
 
 

@@ -226,7 +226,7 @@ def test_a_bm25_only_index_stores_no_vectors_and_scores_what_it_returns(small_in
     idx = build_index([str(small_index_corpus)], tmp_path / "lex", dense=False)
     assert not (idx / "vectors.usearch").exists() and has_lexical(idx)
     assert "--no-dense" in rebuild_command(open_retriever(idx).manifest["build"], idx)
-    lexical_only = open_indexes([idx])  # bm25 is the only way to search it
+    lexical_only = open_indexes([idx], retriever="bm25")
     assert isinstance(lexical_only, HybridRetriever) and lexical_only.mode == "bm25"
     full = open_indexes([small_index_dir], retriever="bm25")
     for q in small_index_questions[:5]:
@@ -238,16 +238,17 @@ def test_a_bm25_only_index_stores_no_vectors_and_scores_what_it_returns(small_in
         open_indexes([idx], retriever="dense")
 
 
-def test_hybrid_over_a_bm25_only_index_fuses_bm25s_top_20_with_their_cosine_order(small_index_corpus,
-                                                                                small_index_questions, tmp_path):
+def test_a_bm25_only_index_is_searched_hybrid_by_default_fusing_bm25s_top_20_with_their_cosine_order(
+        small_index_corpus, small_index_questions, tmp_path):
     idx = build_index([str(small_index_corpus)], tmp_path / "lex", dense=False)
-    bm25, hybrid = open_indexes([idx], retriever="bm25"), open_indexes([idx], retriever="hybrid")
+    bm25, default = open_indexes([idx], retriever="bm25"), open_indexes([idx])
+    assert default.mode == "hybrid"
     moved = 0
     for q in small_index_questions[:8]:
         top = bm25.search(q["question"], 20)  # BM25's order, each with its cosine (encoded now)
         by_cosine = sorted(top, key=lambda p: -p.score)
         want = fuse([by_cosine, top], 5)
-        got = hybrid.search(q["question"], 5)
+        got = default.search(q["question"], 5)
         assert [p.key for p in got] == [p.key for p in want]
         assert [p.score for p in got] == pytest.approx([p.score for p in want], abs=1e-5)
         assert all(p.bm25 > 0 and p.text for p in got)
@@ -260,7 +261,7 @@ def test_a_fused_search_in_the_index_returns_what_fusing_its_full_rankings_retur
     """HybridRetriever.search_fused (a chat question's forms fused before any passage is completed)
     gives the passages, cosines and BM25 scores that fusing each form's full top 20 gives."""
     lex = build_index([str(small_index_corpus)], tmp_path / "lex", dense=False)
-    retrievers = [open_indexes([lex]), open_indexes([lex], retriever="hybrid"),
+    retrievers = [open_indexes([lex], retriever="bm25"), open_indexes([lex], retriever="hybrid"),
                   open_indexes([small_index_dir], retriever="bm25"), open_indexes([small_index_dir], retriever="hybrid")]
     qs = [q["question"] for q in small_index_questions[:12]]
     chats = [(qs[i], f"{qs[i]} {qs[i + 1]}", qs[i + 1]) for i in range(0, 12, 3)]  # a follow-up's forms

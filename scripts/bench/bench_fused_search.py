@@ -10,6 +10,9 @@ chat's forms; prints milliseconds per search (median) each way, their ratio, and
 fused top k lists are equal (keys and cosines).
 
     python scripts/bench/bench_fused_search.py --index index/large-bm25 --limit 40
+
+`--fused-only --retriever bm25|hybrid`: the index's own fused search alone (nothing encoded
+before it), what a chat's follow-up costs in each mode.
 """
 
 from __future__ import annotations
@@ -36,15 +39,17 @@ def main(argv=None) -> int:
     p.add_argument("--index", required=True)
     p.add_argument("--limit", type=int, default=40, help="follow-ups (pairs of questions)")
     p.add_argument("--k", type=int, default=5)
+    p.add_argument("--retriever", choices=("dense", "bm25", "hybrid"), help="search mode (default: the index's)")
+    p.add_argument("--fused-only", action="store_true", help="time the index's own fused search alone")
     args = p.parse_args(argv)
-    r = open_indexes([Path(args.index)])
+    r = open_indexes([Path(args.index)], retriever=args.retriever)
     qs = [it.question for it in read_jsonl(QA)[: 2 * args.limit + 2]]
     r.search_batch(qs[:3], args.k)  # loads the encoder and maps the index
     generic, own, equal = [], [], 0
     for i in range(args.limit):
         forms = [qs[2 * i + 1], f"{qs[2 * i]} {qs[2 * i + 1]}", qs[2 * i]]
         t0 = time.perf_counter()
-        a = fuse(r.search_batch(forms, max(args.k, FUSE_DEPTH)), args.k, weights=WEIGHTS)
+        a = [] if args.fused_only else fuse(r.search_batch(forms, max(args.k, FUSE_DEPTH)), args.k, weights=WEIGHTS)
         t1 = time.perf_counter()
         b = search_fused(r, forms, args.k, WEIGHTS)
         t2 = time.perf_counter()
@@ -52,6 +57,10 @@ def main(argv=None) -> int:
         own.append(t2 - t1)
         equal += [(x.key, round(x.score, 5)) for x in a] == [(x.key, round(x.score, 5)) for x in b]
     g, o = 1000 * statistics.median(generic), 1000 * statistics.median(own)
+    if args.fused_only:
+        print(f"{args.index} ({getattr(r, 'mode', '-')}), {args.limit} follow-ups of 3 forms, top {args.k}: "
+              f"search_fused {o:.0f} ms median, p95 {1000 * sorted(own)[int(0.95 * len(own))]:.0f} ms")
+        return 0
     print(f"{args.index} ({type(r).__name__}, {getattr(r, 'mode', '-')}), {args.limit} follow-ups of 3 forms, top {args.k}: "
           f"fuse(search_batch) {g:.0f} ms, search_fused {o:.0f} ms (median), {g / o:.2f}x; "
           f"equal top {args.k}: {equal} of {args.limit}")

@@ -13,7 +13,7 @@ from typing import Sequence
 
 from targ_mlx.index.encoder import backend_of, canonical_name, family
 from targ_mlx.index.errors import IndexError_, IndexMismatchError, IndexMissingError
-from targ_mlx.index.hybrid import BM25, DENSE, HYBRID, MODES, HybridRetriever
+from targ_mlx.index.hybrid import DENSE, HYBRID, MODES, HybridRetriever
 from targ_mlx.index.lexical import fix_command, has_lexical, open_lexical
 from targ_mlx.index.retriever import open_retriever
 from targ_mlx.index.swap import survives_swap
@@ -55,12 +55,18 @@ class MergedRetriever:
 # in lost 1-2.4 points of hit@5 over the Vital leads (9,554 passages) and the clean corpus (21,716),
 # and gained 0.6 / 3.4 / 2.0 (NQ-Open / TriviaQA / PopQA) over the large corpus (994,419). Between
 # the two sizes nothing was measured; 100k sits between them.
+# A BM25-only index is searched hybrid too (BM25's top 20 re-ordered by fusing in their cosine
+# order): over the large corpus it finds an answer in the top 5 more often (hit@5 +4 / +2 / +3 on
+# held-out questions, BENCHMARKS.md, "BM25 top 20 re-ordered by cosine"), and since the encoder runs
+# on the real tokens only it costs ~0.2 s more a search on 2 AMX cores (row "search latency over the
+# large BM25 index, Xeon 207"), on the answers: results/reader.md, "BM25's top 20 re-ordered".
 HYBRID_FROM = 100_000
 
 
 def retriever_mode(paths: Sequence[Path | str], wanted: str | None) -> str:
-    """`wanted`, checked; None: bm25 where a folder has no vectors (a BM25-only index), hybrid
-    where the folders have both parts and hold HYBRID_FROM passages or more, dense otherwise."""
+    """`wanted`, checked; None: hybrid where a folder has no vectors (a BM25-only index: its BM25
+    top 20 re-ordered by cosine) or where the folders have both parts and hold HYBRID_FROM passages
+    or more, dense otherwise."""
     if wanted is not None and wanted not in MODES:
         raise ValueError(f"--retriever {wanted!r} is not one of {', '.join(MODES)}; fix: pick one of them")
     lacking = [Path(p) for p in paths if not has_lexical(Path(p))]
@@ -71,7 +77,7 @@ def retriever_mode(paths: Sequence[Path | str], wanted: str | None) -> str:
                                  "fix: --retriever bm25 (or hybrid: BM25's top passages re-ordered by cosine)")
     if wanted is None:
         if no_vectors and not lacking:
-            return BM25
+            return HYBRID
         if not lacking and not no_vectors and _passages(manifests) >= HYBRID_FROM:
             return HYBRID
         return DENSE
@@ -108,8 +114,8 @@ def open_indexes(paths: Sequence[Path | str], expansion_search: int | None = Non
     hybrid/BM25 form).
 
     Args:
-        retriever: "dense", "bm25" or "hybrid"; None: `retriever_mode`'s choice (bm25 for BM25-only
-            indexes, hybrid from HYBRID_FROM passages, else dense).
+        retriever: "dense", "bm25" or "hybrid"; None: `retriever_mode`'s choice (hybrid for BM25-only
+            indexes and from HYBRID_FROM passages, else dense).
     Its `manifest_id` names the combination, so the decision log tells which indexes answered.
     """
     if not paths:
