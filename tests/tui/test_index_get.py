@@ -80,7 +80,7 @@ async def test_index_get_builds_in_the_background_then_questions_search_both(bac
         # the progress line it showed stays under it: a local file is counted, so percent and ETA
         assert line.note.startswith("building kilt_head (BM25 only, in the background): ") and "(100%)" in line.note
         opened = app.assistant.index
-        assert opened.paths == (small_index_dir, built) and opened.mode == "bm25"
+        assert opened.paths == (small_index_dir, built) and opened.mode == "hybrid"  # both folders, fused by rank
         assert "small + kilt_head" in app.query_one(StatusBar).render().plain
 
         await run_and_wait(app, pilot, f"Who was {ARTICLE}?")
