@@ -56,10 +56,10 @@ class MergedRetriever:
 # and gained 0.6 / 3.4 / 2.0 (NQ-Open / TriviaQA / PopQA) over the large corpus (994,419). Between
 # the two sizes nothing was measured; 100k sits between them.
 # A BM25-only index is searched hybrid too (BM25's top 20 re-ordered by fusing in their cosine
-# order): over the large corpus it finds an answer in the top 5 more often (hit@5 +4 / +2 / +3 on
-# held-out questions, BENCHMARKS.md, "BM25 top 20 re-ordered by cosine"), and since the encoder runs
-# on the real tokens only it costs ~0.2 s more a search on 2 AMX cores (row "search latency over the
-# large BM25 index, Xeon 207"), on the answers: results/reader.md, "BM25's top 20 re-ordered".
+# order): over the large corpus it puts an answer in the top 5 more often (hit@5 +4 / +2 / +3 on
+# held-out questions; BENCHMARKS.md, "BM25 top 20 re-ordered by cosine"), answers as well as BM25's
+# top 5 (results/reader.md, "BM25's top 20 re-ordered by cosine"), and costs ~0.2 s more a search on
+# 2 AMX cores (BENCHMARKS.md, "search latency over the large BM25 index, Xeon 207").
 HYBRID_FROM = 100_000
 
 
