@@ -28,7 +28,7 @@ bind_openblas()  # before mlx.core loads
 
 from targ_mlx.eval.datasets import read_jsonl  # noqa: E402
 from targ_mlx.index.merged import open_indexes  # noqa: E402
-from targ_mlx.retrieval import FUSE_DEPTH, fuse, search_fused  # noqa: E402
+from targ_mlx.retrieval import FUSE_DEPTH, RETRIEVERS, fuse, search_fused  # noqa: E402
 
 QA = Path(__file__).resolve().parents[3] / "shared" / "data" / "qa" / "nq_open_dev.jsonl"
 WEIGHTS = [1.0, 0.5, 0.25]
@@ -39,7 +39,7 @@ def main(argv=None) -> int:
     p.add_argument("--index", required=True)
     p.add_argument("--limit", type=int, default=40, help="follow-ups (pairs of questions)")
     p.add_argument("--k", type=int, default=5)
-    p.add_argument("--retriever", choices=("dense", "bm25", "hybrid"), help="search mode (default: the index's)")
+    p.add_argument("--retriever", choices=RETRIEVERS, help="search mode (default: the index's)")
     p.add_argument("--fused-only", action="store_true", help="time the index's own fused search alone")
     args = p.parse_args(argv)
     r = open_indexes([Path(args.index)], retriever=args.retriever)

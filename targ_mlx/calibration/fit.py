@@ -22,6 +22,7 @@ import platformdirs
 from targ_mlx.config import Config, default_config_path, load_config, save_evidence
 from targ_mlx.errors import ModelLoadError, TargError
 from targ_mlx.paths import APP_NAME
+from targ_mlx.retrieval import RETRIEVERS
 from targ_mlx.settings import Settings
 
 DEFAULT_LIMIT = 300
@@ -41,7 +42,7 @@ def add_fit_args(p: argparse.ArgumentParser) -> None:
                      help="fit already-recorded eval cells of this model (their dev halves) instead of recording")
     p.add_argument("--limit", type=int, default=DEFAULT_LIMIT, help=f"questions to record (default {DEFAULT_LIMIT})")
     p.add_argument("--index", help="index folder to search (default: the config's, else the offline default)")
-    p.add_argument("--retriever", choices=("dense", "bm25", "hybrid"), help="search mode (default: the index's)")
+    p.add_argument("--retriever", choices=RETRIEVERS, help="search mode (default: the index's)")
     p.add_argument("--budget", type=float, default=None, metavar="RHO",
                    help="reading rate tau is set for, on the fitted questions (default 0.3)")
     p.add_argument("--output-dir", help="run folder for the records (default: under the user data dir; "

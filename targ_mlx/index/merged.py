@@ -76,11 +76,7 @@ def retriever_mode(paths: Sequence[Path | str], wanted: str | None) -> str:
         raise IndexMismatchError(f"{no_vectors[0]} is a BM25-only index (built with --no-dense); "
                                  "fix: --retriever bm25 (or hybrid: BM25's top passages re-ordered by cosine)")
     if wanted is None:
-        if no_vectors and not lacking:
-            return HYBRID
-        if not lacking and not no_vectors and _passages(manifests) >= HYBRID_FROM:
-            return HYBRID
-        return DENSE
+        return HYBRID if not lacking and (no_vectors or _passages(manifests) >= HYBRID_FROM) else DENSE
     if wanted != DENSE and lacking:
         raise IndexMissingError(
             f"{lacking[0]} has no BM25 part for --retriever {wanted}; fix: {fix_command(lacking[0])} "
