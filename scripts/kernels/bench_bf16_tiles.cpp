@@ -1,10 +1,11 @@
-// The bfloat16 tile products' ceiling on this CPU, one core: TDPBF16PS with no loads and with 2
-// tile loads per 4 products (the same addresses: L1), against bf16gemm.h's 2x2 block loop (4 tile
-// loads per 4 products, the next products reading the tiles just loaded) with its operands in L1,
-// the A rows as stored (16 lines K * 2 bytes apart) or packed (1 KB contiguous), in two orders,
-// and the block itself (its C tiles stored to the stack, the bias added, 32 rows written).
-// Why: the encoder's products run at ~150 G multiply-adds/s a core on AMX-BF16 tiles whether
-// their operands are in L1, L2 or L3 (BENCHMARKS.md, row "the encoder's tile loop").
+// Where the AMX tiles' peak goes on this CPU, one core, every operand in L1 (K = 384, MiniLM's):
+// TDPBF16PS / TDPBSSD with no loads, with 2 tile loads per 4 products, and 2x2-blocked loops as
+// the kernels run them (4 C tiles, 2 A and 2 B loaded per k step: 1 load a product, the fewest 8
+// tile registers allow), in bfloat16 and int8, from distinct or one fixed address, and with the
+// operands double-buffered (2x1, 1x2: 1.5 loads a product); then bf16gemm.h's block itself (the
+// 2x2 loop, its C tiles stored to the stack, the bias added, 32 rows written).
+// Why: the encoder's products ran at ~150 G multiply-adds/s a core and the 1.5B's Q4_K tiles at
+// 7-13% of the int8 peak (BENCHMARKS.md, row "where the tiles' peak goes").
 //
 //   g++ -std=gnu++20 -O3 -march=native -Itarg_mlx/runtime/native/csrc scripts/kernels/bench_bf16_tiles.cpp -o /tmp/bench_bf16_tiles -lpthread
 //   /tmp/bench_bf16_tiles
@@ -14,29 +15,67 @@
 #include <ctime>
 using namespace targ;
 static double now() { timespec ts; clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts); return ts.tv_sec + 1e-9 * ts.tv_nsec; }
-template <int V>
-__attribute__((noinline)) void run(const uint16_t* a, size_t astr, size_t anext, size_t akstep, const uint16_t* w, size_t wblock, int K) {
-  HwTiles::zero<0>(); HwTiles::zero<1>(); HwTiles::zero<2>(); HwTiles::zero<3>();
+// 2x2 as bf16gemm.h
+__attribute__((noinline)) void v22(const uint16_t* a, const uint16_t* w, size_t wblock, int K) {
+  _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
   for (int kb = 0; kb < K / 32; kb++) {
-    if constexpr (V == 0) {
-      HwTiles::load<4>(a + kb * akstep, astr);
-      HwTiles::load<6>(a + anext + kb * akstep, astr);
-      HwTiles::load<5>(w + (size_t)kb * 512, 64);
-      HwTiles::dpbf16<0, 4, 5>();
-      HwTiles::dpbf16<2, 6, 5>();
-      HwTiles::load<7>(w + wblock + (size_t)kb * 512, 64);
-      HwTiles::dpbf16<1, 4, 7>();
-      HwTiles::dpbf16<3, 6, 7>();
-    } else {
-      HwTiles::load<4>(a + kb * akstep, astr);
-      HwTiles::load<5>(w + (size_t)kb * 512, 64);
-      HwTiles::load<7>(w + wblock + (size_t)kb * 512, 64);
-      HwTiles::load<6>(a + anext + kb * akstep, astr);
-      HwTiles::dpbf16<0, 4, 5>();
-      HwTiles::dpbf16<1, 4, 7>();
-      HwTiles::dpbf16<2, 6, 5>();
-      HwTiles::dpbf16<3, 6, 7>();
-    }
+    _tile_loadd(4, a + kb * 512, 64); _tile_loadd(6, a + 16 * K + kb * 512, 64);
+    _tile_loadd(5, w + (size_t)kb * 512, 64);
+    _tile_dpbf16ps(0, 4, 5); _tile_dpbf16ps(2, 6, 5);
+    _tile_loadd(7, w + wblock + (size_t)kb * 512, 64);
+    _tile_dpbf16ps(1, 4, 7); _tile_dpbf16ps(3, 6, 7);
+  }
+}
+// 2 rows x 1 col C (tiles 0, 1), operands double-buffered: even k in 2,3,4 (A0, A1, B), odd k in 5,6,7
+__attribute__((noinline)) void v21(const uint16_t* a, const uint16_t* w, size_t, int K) {
+  _tile_zero(0); _tile_zero(1);
+  for (int kb = 0; kb < K / 32; kb += 2) {
+    _tile_loadd(2, a + kb * 512, 64); _tile_loadd(3, a + 16 * K + kb * 512, 64); _tile_loadd(4, w + (size_t)kb * 512, 64);
+    _tile_dpbf16ps(0, 2, 4); _tile_dpbf16ps(1, 3, 4);
+    _tile_loadd(5, a + (kb + 1) * 512, 64); _tile_loadd(6, a + 16 * K + (kb + 1) * 512, 64); _tile_loadd(7, w + (size_t)(kb + 1) * 512, 64);
+    _tile_dpbf16ps(0, 5, 7); _tile_dpbf16ps(1, 6, 7);
+  }
+}
+// 1 row x 2 cols C (tiles 0,1), double-buffered (A, B0, B1) in 2,3,4 / 5,6,7
+__attribute__((noinline)) void v12(const uint16_t* a, const uint16_t* w, size_t wblock, int K) {
+  _tile_zero(0); _tile_zero(1);
+  for (int kb = 0; kb < K / 32; kb += 2) {
+    _tile_loadd(2, a + kb * 512, 64); _tile_loadd(3, w + (size_t)kb * 512, 64); _tile_loadd(4, w + wblock + (size_t)kb * 512, 64);
+    _tile_dpbf16ps(0, 2, 3); _tile_dpbf16ps(1, 2, 4);
+    _tile_loadd(5, a + (kb + 1) * 512, 64); _tile_loadd(6, w + (size_t)(kb + 1) * 512, 64); _tile_loadd(7, w + wblock + (size_t)(kb + 1) * 512, 64);
+    _tile_dpbf16ps(0, 5, 6); _tile_dpbf16ps(1, 5, 7);
+  }
+}
+// 2x2 C but B double buffered for the second column only? no: 2x2 with 1 A buffered: C 0-3, A 4, A' 5, B 6, B' 7: per k: A0->4, B0->6, B1->7, dp C0(4,6) C1(4,7), A1->5, dp C2(5,6) C3(5,7)
+__attribute__((noinline)) void v22b(const uint16_t* a, const uint16_t* w, size_t wblock, int K) {
+  _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+  for (int kb = 0; kb < K / 32; kb++) {
+    _tile_loadd(4, a + kb * 512, 64); _tile_loadd(6, w + (size_t)kb * 512, 64); _tile_loadd(7, w + wblock + (size_t)kb * 512, 64);
+    _tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(1, 4, 7);
+    _tile_loadd(5, a + 16 * K + kb * 512, 64);
+    _tile_dpbf16ps(2, 5, 6); _tile_dpbf16ps(3, 5, 7);
+  }
+}
+
+// 2x2, every load from one fixed 1 KB (the count of loads, not their addresses)
+__attribute__((noinline)) void v22same(const uint16_t* a, const uint16_t* w, size_t, int K) {
+  _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+  for (int kb = 0; kb < K / 32; kb++) {
+    _tile_loadd(4, a, 64); _tile_loadd(6, a, 64); _tile_loadd(5, w, 64);
+    _tile_dpbf16ps(0, 4, 5); _tile_dpbf16ps(2, 6, 5);
+    _tile_loadd(7, w, 64);
+    _tile_dpbf16ps(1, 4, 7); _tile_dpbf16ps(3, 6, 7);
+  }
+}
+// int8 2x2, distinct loads as v22
+__attribute__((noinline)) void v22i8(const uint16_t* a, const uint16_t* w, size_t wblock, int K) {
+  _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+  for (int kb = 0; kb < K / 32; kb++) {
+    _tile_loadd(4, a + kb * 512, 64); _tile_loadd(6, a + 16 * K + kb * 512, 64);
+    _tile_loadd(5, w + (size_t)kb * 512, 64);
+    _tile_dpbssd(0, 4, 5); _tile_dpbssd(2, 6, 5);
+    _tile_loadd(7, w + wblock + (size_t)kb * 512, 64);
+    _tile_dpbssd(1, 4, 7); _tile_dpbssd(3, 6, 7);
   }
 }
 static void peaks() {
@@ -69,24 +108,26 @@ int main() {
   peaks();
   const int K = 384;
   std::vector<uint16_t> a(32 * K, 0x3f80), w(32 * K, 0x3c00);
-  HwTiles::begin(tile_config(64));
+  TileConfig cfg; for (int i = 0; i < 8; i++) cfg.colsb[i] = 64, cfg.rows[i] = 16; HwTiles::begin(cfg);
   const size_t wblock = (size_t)K / 2 * 32;
   const int reps = 20000;
-  for (int round = 0; round < 2; round++) {
-    for (int packed = 0; packed < 2; packed++) {
-      size_t astr = packed ? 64 : K * 2, anext = packed ? 16 * K : 16 * K, akstep = packed ? 512 : 32;
-      double t = now();
-      for (int r = 0; r < reps; r++) run<0>(a.data(), astr, anext, akstep, w.data(), wblock, K);
-      double d0 = now() - t; t = now();
-      for (int r = 0; r < reps; r++) run<1>(a.data(), astr, anext, akstep, w.data(), wblock, K);
-      double d1 = now() - t;
-      printf("A %s: order0 %.0f G/s, order1 %.0f G/s\n", packed ? "packed" : "rows  ", (double)reps * 32 * 32 * K / d0 / 1e9, (double)reps * 32 * 32 * K / d1 / 1e9);
-    }
-    {  // bf16gemm.h's block itself on the same operands: the loop, then its C tiles stored, the bias added, the rows written
+  for (int round = 0; round < 3; round++) {
+    double t = now(); for (int r = 0; r < reps; r++) v22(a.data(), w.data(), wblock, K); double d22 = now() - t;
+    t = now(); for (int r = 0; r < reps; r++) v21(a.data(), w.data(), wblock, K); double d21 = now() - t;
+    t = now(); for (int r = 0; r < reps; r++) v12(a.data(), w.data(), wblock, K); double d12 = now() - t;
+    t = now(); for (int r = 0; r < reps; r++) v22b(a.data(), w.data(), wblock, K); double d22b = now() - t;
+    const double m4 = (double)reps * 32 * 32 * K / 1e9, m2 = m4 / 2;
+    t = now(); for (int r = 0; r < reps; r++) v22same(a.data(), w.data(), wblock, K); double ds = now() - t;
+    t = now(); for (int r = 0; r < reps; r++) v22i8(a.data(), w.data(), wblock, K); double di = now() - t;
+    printf("same-address 2x2 %.0f | int8 2x2 %.0f | ", m4 / ds, 2 * m4 / di);
+    printf("2x2 %.0f | 2x1 dbuf %.0f | 1x2 dbuf %.0f | 2x2 order b %.0f G/s", m4 / d22, m2 / d21, m2 / d12, m4 / d22b);
+    {  // bf16gemm.h's block: the 2x2 loop, then its C tiles stored, the bias added, 32 rows written
       std::vector<float> bias(32, 0.5f), c(32 * 32);
+      HwTiles::begin(tile_config(64));
       double t = now();
       for (int r = 0; r < reps; r++) amx_bf16_block<2, 2>(a.data(), K, w.data(), wblock, K, bias.data(), c.data(), 32, false);
-      printf("amx_bf16_block<2, 2> (loop + epilogue): %.0f G/s\n", (double)reps * 32 * 32 * K / (now() - t) / 1e9);
+      printf(" | amx_bf16_block<2, 2> %.0f G/s\n", (double)reps * 32 * 32 * K / (now() - t) / 1e9);
+      HwTiles::begin(cfg);
     }
   }
   HwTiles::end();
