@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -61,7 +62,7 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 
 
 def second_touch_faults(mode: str) -> int:
-    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"}
     out = subprocess.run([sys.executable, "-c", REFAULTS, mode], capture_output=True, text=True, env=env, check=True)
     return int(out.stdout.split()[-1])
 
