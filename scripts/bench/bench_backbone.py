@@ -147,7 +147,8 @@ def main(argv=None):
     ap.add_argument("--prompt-tokens", type=int, default=256)
     ap.add_argument("--decode-tokens", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--threads", type=int, default=os.cpu_count(),
+                    help="threads for both sides: llama.cpp's and the kernels' (TARG_MLX_THREADS, unless set)")
     ap.add_argument("--variants", default="kernels,kernels-batch6,mlx-fp32",
                     help="comma list of kernels | kernels-batch6 | kernels-tiles | kernels-4k | mlx-fp32 | mlx-q4 "
                          "(kernels-4k: a second copy of the weights kept on 4 KB pages)")
@@ -163,6 +164,9 @@ def main(argv=None):
                     help="time llama.cpp with this llama-bench binary instead of llama-cpp-python")
     ap.add_argument("--output-dir", default="runs/bench_backbone")
     args = ap.parse_args(argv)
+    # the kernels read it when they first run; without it, --threads 1 timed one llama.cpp thread
+    # against the kernels' two
+    os.environ.setdefault("TARG_MLX_THREADS", str(args.threads))
     if args.llama_bench is None:
         try:
             from llama_cpp import Llama
