@@ -14,7 +14,7 @@ model=${1:?model alias}
 sizes=("${2:-120}" "${3:-60}" "${4:-60}")
 files=(nq_open_dev triviaqa_dev popqa_1k)
 names=(nq_open triviaqa popqa)
-test -f index/large-hybrid/build.json || { echo "index/large-hybrid is not built yet (docs/indexes.md)"; exit 1; }
+test -f index/large-hybrid/manifest.json || { echo "index/large-hybrid is not built yet (docs/indexes.md)"; exit 1; }
 for i in 0 1 2; do
   for arm in "each:--read each --each 4" "draft-route:--draft-route 1"; do
     dir=${arm%%:*}
