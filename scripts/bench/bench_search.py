@@ -52,6 +52,8 @@ def encode_times(index: str, backend: str) -> dict:
     name = json.loads((Path(index) / "manifest.json").read_text())["encoder"]["name"]
     with sqlite3.connect(f"file:{Path(index) / 'passages.db'}?mode=ro", uri=True) as db:
         rows = db.execute("SELECT title, text FROM passages WHERE key % 997 = 3 LIMIT 180").fetchall()
+        if len(rows) < 180:  # a small index: its first 180 by key (keys are hashes: spread over it)
+            rows = db.execute("SELECT title, text FROM passages ORDER BY key LIMIT 180").fetchall()
     enc = load_encoder(name, backend=backend)
     batches = [rows[i: i + 20] for i in range(0, 180, 20)]
     enc.encode_passages([t for t, _ in batches[0]], [x for _, x in batches[0]])  # warm-up
