@@ -78,7 +78,7 @@ def keep_freed_buffers() -> bool:
     page-faulted in again, 4 KiB at a time. MLX's CPU arrays are malloc'd and freed per op: the
     encoder's up product of a 32-chunk batch (5,952 rows x 1,536 floats, 36.6 MB) took ~15,000
     faults, half its time, in each of the 6 layers; with the thresholds at 256 MiB none, and a
-    build encodes 12-22% more chunks a second (BENCHMARKS.md, row "freed buffers kept"). The
+    build encodes 1.26-1.28x the chunks a second (BENCHMARKS.md, row "freed buffers kept"). The
     cost: up to 256 MiB freed at the heap's top stays with the process. Left alone where the user
     set glibc's malloc variables or tunables, or TARG_MLX_KEEP_BUFFERS=0; returns whether set.
     """

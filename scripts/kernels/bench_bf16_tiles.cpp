@@ -15,15 +15,18 @@
 #include <ctime>
 using namespace targ;
 static double now() { timespec ts; clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts); return ts.tv_sec + 1e-9 * ts.tv_nsec; }
-// 2x2 as bf16gemm.h
+// 2x2 as bf16gemm.h (I8: the same loop in int8 products, TDPBSSD)
+template <bool I8 = false>
 __attribute__((noinline)) void v22(const uint16_t* a, const uint16_t* w, size_t wblock, int K) {
   _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
   for (int kb = 0; kb < K / 32; kb++) {
     _tile_loadd(4, a + kb * 512, 64); _tile_loadd(6, a + 16 * K + kb * 512, 64);
     _tile_loadd(5, w + (size_t)kb * 512, 64);
-    _tile_dpbf16ps(0, 4, 5); _tile_dpbf16ps(2, 6, 5);
+    if constexpr (I8) { _tile_dpbssd(0, 4, 5); _tile_dpbssd(2, 6, 5); }
+    else { _tile_dpbf16ps(0, 4, 5); _tile_dpbf16ps(2, 6, 5); }
     _tile_loadd(7, w + wblock + (size_t)kb * 512, 64);
-    _tile_dpbf16ps(1, 4, 7); _tile_dpbf16ps(3, 6, 7);
+    if constexpr (I8) { _tile_dpbssd(1, 4, 7); _tile_dpbssd(3, 6, 7); }
+    else { _tile_dpbf16ps(1, 4, 7); _tile_dpbf16ps(3, 6, 7); }
   }
 }
 // 2 rows x 1 col C (tiles 0, 1), operands double-buffered: even k in 2,3,4 (A0, A1, B), odd k in 5,6,7
@@ -67,17 +70,6 @@ __attribute__((noinline)) void v22same(const uint16_t* a, const uint16_t* w, siz
     _tile_dpbf16ps(1, 4, 7); _tile_dpbf16ps(3, 6, 7);
   }
 }
-// int8 2x2, distinct loads as v22
-__attribute__((noinline)) void v22i8(const uint16_t* a, const uint16_t* w, size_t wblock, int K) {
-  _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
-  for (int kb = 0; kb < K / 32; kb++) {
-    _tile_loadd(4, a + kb * 512, 64); _tile_loadd(6, a + 16 * K + kb * 512, 64);
-    _tile_loadd(5, w + (size_t)kb * 512, 64);
-    _tile_dpbssd(0, 4, 5); _tile_dpbssd(2, 6, 5);
-    _tile_loadd(7, w + wblock + (size_t)kb * 512, 64);
-    _tile_dpbssd(1, 4, 7); _tile_dpbssd(3, 6, 7);
-  }
-}
 static void peaks() {
   alignas(64) static uint16_t buf[2][512];
   alignas(64) static int8_t ib[2][1024];
@@ -118,7 +110,7 @@ int main() {
     t = now(); for (int r = 0; r < reps; r++) v22b(a.data(), w.data(), wblock, K); double d22b = now() - t;
     const double m4 = (double)reps * 32 * 32 * K / 1e9, m2 = m4 / 2;
     t = now(); for (int r = 0; r < reps; r++) v22same(a.data(), w.data(), wblock, K); double ds = now() - t;
-    t = now(); for (int r = 0; r < reps; r++) v22i8(a.data(), w.data(), wblock, K); double di = now() - t;
+    t = now(); for (int r = 0; r < reps; r++) v22<true>(a.data(), w.data(), wblock, K); double di = now() - t;
     printf("same-address 2x2 %.0f | int8 2x2 %.0f | ", m4 / ds, 2 * m4 / di);
     printf("2x2 %.0f | 2x1 dbuf %.0f | 1x2 dbuf %.0f | 2x2 order b %.0f G/s", m4 / d22, m2 / d21, m2 / d12, m4 / d22b);
     {  // bf16gemm.h's block: the 2x2 loop, then its C tiles stored, the bias added, 32 rows written
