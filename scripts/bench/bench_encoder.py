@@ -57,7 +57,8 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--variants", default=",".join(VARIANTS),
                    help=f"comma-separated, of {', '.join(VARIANTS)}, each optionally with :nokeep")
     p.add_argument("--index", help="time an index's stored chunks (its passages.db) instead of the Vital leads")
-    p.add_argument("--skip", type=int, default=100000, help="with --index: start after this rowid (past the Vital leads)")
+    p.add_argument("--skip", type=int, default=100000,
+                   help="with --index: start after this rowid (past the Vital leads)")
     p.add_argument("--passages", type=int, default=2000, help="passages searched for agreement (default 2000; 0: skip)")
     p.add_argument("--questions", type=int, default=1000, help="NQ-Open dev questions (default 1000)")
     p.add_argument("--data-file", default=str(NQ_DEV), help=f"questions JSONL (default {NQ_DEV})")
@@ -79,7 +80,7 @@ def chunks(n: int, index: str | None = None, skip: int = 0) -> tuple[list[str], 
     if index:
         import sqlite3
 
-        with sqlite3.connect(f"{index}/passages.db") as db:
+        with sqlite3.connect(f"file:{Path(index) / 'passages.db'}?mode=ro", uri=True) as db:  # a bench never writes it
             rows = db.execute("SELECT title, text FROM passages WHERE rowid > ? LIMIT ?", (skip, n)).fetchall()
         return [r[0] for r in rows], [r[1] for r in rows]
     from targ_mlx.index.build import iter_chunks
@@ -104,7 +105,8 @@ def speed_worker(variant: str, n: int, batch_size: int, index: str | None, skip:
     load_s = time.perf_counter() - t0
     titles, texts = chunks(n, index, skip)
     n = len(titles)
-    enc.encode_passages(titles[:batch_size], texts[:batch_size], batch_size)  # warm-up: a full batch's first-call allocations, thread pools
+    # warm-up: a full batch's first-call allocations, thread pools
+    enc.encode_passages(titles[:batch_size], texts[:batch_size], batch_size)
     t0 = time.perf_counter()
     enc.encode_passages(titles, texts, batch_size)
     print(json.dumps({"chunks_per_s": n / (time.perf_counter() - t0), "load_s": load_s}))
@@ -118,7 +120,8 @@ def speed(variants: list[str], n: int, reps: int, batch_size: int, index: str | 
             cmd = [sys.executable, __file__, "--speed-worker", v, "--chunks", str(n), "--batch-size", str(batch_size),
                    "--skip", str(skip), *(["--index", index] if index else [])]
             env = dict(os.environ, TARG_MLX_KEEP_BUFFERS="0" if v.endswith(":nokeep") else "1")
-            out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout.strip().splitlines()[-1]
+            run = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
+            out = run.stdout.strip().splitlines()[-1]
             r = json.loads(out)
             runs[v].append(r["chunks_per_s"])
             loads[v].append(r["load_s"])
@@ -170,7 +173,8 @@ def main(argv: list[str] | None = None) -> None:
     variants = [v for v in args.variants.split(",") if v]
     bad = [v for v in variants if v.partition(":")[0] not in VARIANTS or v.partition(":")[2] not in ("", "nokeep")]
     if bad:
-        raise SystemExit(f"--variants: {', '.join(bad)} unknown; use {', '.join(VARIANTS)}, each optionally with :nokeep")
+        raise SystemExit(f"--variants: {', '.join(bad)} unknown; "
+                         f"use {', '.join(VARIANTS)}, each optionally with :nokeep")
     info = {"machine": machine(), "command": " ".join([Path(sys.argv[0]).name, *(argv or sys.argv[1:])]),
             "batch_size": args.batch_size}
     source = f"{args.index} chunks past rowid {args.skip}" if args.index else "vital-articles chunks"
