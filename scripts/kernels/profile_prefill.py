@@ -71,7 +71,7 @@ def profile(lm, tokens: mx.array, rounds: int) -> dict[str, list[float]]:
             q, k, v = timed((i, "rope_split"), lambda: N.rope_split(qkv, cos, sin, lm.n_heads, lm.n_kv_heads,
                                                                      lm.head_dim, lm.traditional))
             keys, values = c.update_and_fetch(k, v)
-            a = timed((i, "attention"), lambda: N.attention(q, keys, values, lm.scale, None, 0))
+            a = timed((i, "attention"), lambda: N.attention(q, keys, values, lm.scale, None, 0, tiles=True))  # a prompt's
             h = timed((i, f"o|{_form(layer.o)}"), lambda: layer.o.linear(N, a, bias=layer.o_bias, residual=x))
             hn = timed((i, "rms_norm"), lambda: N.rms_norm(h, layer.norm_post, lm.eps))
             if len(layer.gate_up) == 1 and layer.gate_up_bias is None:  # as the model runs it: SwiGLU in the product

@@ -52,6 +52,8 @@ def _run(args: argparse.Namespace) -> int:
         print(f"AMX tiles: {native.module().amx_status()}")
         bf16 = "yes: the encoder's mlx-bf16" if native.module().bf16_products() else f"no ({native.module().simd()} build)"
         print(f"bfloat16 products (AVX512-BF16): {bf16}")
+        tiles = native.module().prompt_attention_tiles(128)
+        print(f"a prompt's attention: {'AMX-BF16 tiles (TARG_MLX_ATTN_BF16=0: float32)' if tiles else 'float32'}")
     return 0
 
 

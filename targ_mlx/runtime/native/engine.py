@@ -30,11 +30,12 @@ class NativeEngine:
     def head(self, h: mx.array) -> mx.array:
         return self.lm.head(h)
 
+    # advance and last_logits run prompts (prefills); hidden and step run decoded tokens
     def advance(self, tokens: mx.array, cache: list[Any]) -> None:
-        self.lm.hidden(tokens, cache)
+        self.lm.hidden(tokens, cache, prompt=True)
 
     def last_logits(self, tokens: mx.array, cache: list[Any]) -> mx.array:
-        return self.lm.head(self.lm.hidden(tokens, cache, last=True))[:, -1, :].astype(mx.float32)
+        return self.lm.head(self.lm.hidden(tokens, cache, last=True, prompt=True))[:, -1, :].astype(mx.float32)
 
     def step(self, tokens: mx.array, cache: list[Any]) -> mx.array:
         return self.lm(tokens[:, None], cache)[:, -1, :]

@@ -262,7 +262,7 @@ class NativeLM:
             return mx.array([c.offset], dtype=mx.int32), None, 0
         raise TypeError(f"the CPU kernels support KVCache and BatchKVCache, not {type(c).__name__}")
 
-    def hidden(self, tokens: mx.array, cache: list[Any], last: bool = False) -> mx.array:
+    def hidden(self, tokens: mx.array, cache: list[Any], last: bool = False, prompt: bool = False) -> mx.array:
         """Final-norm hidden states (B, L, H) for tokens (B, L); advances every layer's cache.
 
         `last`: only the last position's state is wanted, (B, 1, H). The last layer then runs its
@@ -270,6 +270,10 @@ class NativeLM:
         still written for every position), as llama.cpp does for outputs nobody reads: 1/28 of
         the 1.5B's prefill. A row's bits do not depend on which other rows run beside it
         (`attention` and the matrix kernels compute each row alone), so the result is the same.
+
+        `prompt`: the tokens are a prompt's (a prefill, not a decode step or guessed tokens), whose
+        attention runs on AMX-BF16 tiles where granted (csrc/attn_tiles.h). The caller says so, not
+        the shape, so a prompt's bits never depend on its batch, padding or chunking.
         """
         N = self.ops
         B, L = tokens.shape
@@ -286,7 +290,7 @@ class NativeLM:
                 # a decode step whose keys fit in the cache's buffers: the whole layer as one node,
                 # which writes them in place (mlx-lm's update_and_fetch would add four nodes)
                 x, c.keys, c.values = N.decoder_layer(x, layer.norm_in, self.eps, *pre, cos, sin, *heads, c.keys, c.values,
-                                                      prev, self.scale, pad, hole, *post)
+                                                      prev, self.scale, pad, hole, *post, tiles=prompt)
                 c.offset += L  # as update_and_fetch counts
                 if batch:
                     c._idx += L
@@ -299,9 +303,9 @@ class NativeLM:
                 q, x = q[:, :, -1:, :], x[:, -1:, :]
             if isinstance(c, SharedPrefixCache):
                 a = N.attention(q, keys, values, self.scale, None, 0, c.shared_keys, c.shared_values, c.rows,
-                                c.shared_pad, c.shared_hole)
+                                c.shared_pad, c.shared_hole, tiles=prompt)
             else:
-                a = N.attention(q, keys, values, self.scale, pad, hole)
+                a = N.attention(q, keys, values, self.scale, pad, hole, tiles=prompt)
             h = layer.o.linear(N, a, bias=layer.o_bias, residual=x)
             hn = N.rms_norm(h, layer.norm_post, self.eps)
             if len(layer.gate_up) == 1 and layer.gate_up_bias is None:  # one gate|up matrix: SwiGLU in its product

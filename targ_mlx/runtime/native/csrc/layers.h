@@ -372,6 +372,46 @@ struct Shared {
   int hole, P, R;
 };
 
+// The keys a query sees, in cache order: what `attention` and the tile path (attn_tiles.h) both
+// take, so a query sees the same keys in the same order whichever computes it.
+struct KeyList {
+  const KV& K;
+  const KV& V;
+  const int32_t* pad;
+  int hole;
+  const Shared* pre;
+  // The keys row b's kv head kh shows a query at cache position hl into kp/vp: the shared
+  // prompt's (less its padding), then its own up to hl (less its padding). Returns how many of
+  // them are the shared prompt's.
+  int gather(int b, int kh, int hl, const float** kp, const float** vp) const {
+    const int p = pad ? pad[b] : 0;
+    int n0 = 0;
+    if (pre) {
+      // rows are checked where they are made (native/model.py SharedPrefixCache); clamp
+      // rather than read outside the array should a caller pass a bad one
+      int r = std::min(std::max(pre->rows[b], 0), pre->R - 1), pp = pre->pad ? pre->pad[r] : 0;
+      const float* kb = pre->K.base + r * pre->K.sb + kh * pre->K.sh;
+      const float* vb = pre->V.base + r * pre->V.sb + kh * pre->V.sh;
+      for (int j = 0; j < pre->P; j++) {
+        if (j >= pre->hole && j < pre->hole + pp) continue;
+        kp[n0] = kb + (long)j * pre->K.ss, vp[n0] = vb + (long)j * pre->V.ss, n0++;
+      }
+    }
+    const float* kb = K.base + b * K.sb + kh * K.sh;
+    const float* vb = V.base + b * V.sb + kh * V.sh;
+    int nk = n0;
+    for (int j = 0; j < std::min(hole, hl + 1); j++) kp[nk] = kb + (long)j * K.ss, vp[nk] = vb + (long)j * V.ss, nk++;
+    for (int j = hole + p; j <= hl; j++) kp[nk] = kb + (long)j * K.ss, vp[nk] = vb + (long)j * V.ss, nk++;
+    return n0;
+  }
+  // query at cache position hi of row b: how many keys it sees (0 at a padding position)
+  int visible(int b, int n0, int hi) const {
+    const int p = pad ? pad[b] : 0;
+    if (hi >= hole && hi < hole + p) return 0;
+    return n0 + std::min(hole, hi + 1) + std::max(0, hi - (hole + p) + 1);
+  }
+};
+
 // Attention of q (B, Hq, L, D) over keys/values (B, Hkv, S, D), after the shared keys if any;
 // the L queries sit at the last L of the S cache positions. Row b hides the keys
 // [hole, hole + pad[b]) (left padding when hole is 0; padding after a shared prompt prefix of
@@ -388,36 +428,9 @@ inline void attention(const float* q, const KV& K, const KV& V, const int32_t* p
   constexpr int QB = kAttnQueries;
   const int qblocks = (L + QB - 1) / QB;
   const int P = pre ? pre->P : 0;
-  // The keys row b's kv head kh shows a query at cache position hl into kp/vp: the shared
-  // prompt's (less its padding), then its own up to hl (less its padding). Returns how many of
-  // them are the shared prompt's.
-  auto gather = [&](int b, int kh, int hl, const float** kp, const float** vp) {
-    const int p = pad ? pad[b] : 0;
-    int n0 = 0;
-    if (pre) {
-      // rows are checked where they are made (native/model.py SharedPrefixCache); clamp
-      // rather than read outside the array should a caller pass a bad one
-      int r = std::min(std::max(pre->rows[b], 0), pre->R - 1), pp = pre->pad ? pre->pad[r] : 0;
-      const float* kb = pre->K.base + r * pre->K.sb + kh * pre->K.sh;
-      const float* vb = pre->V.base + r * pre->V.sb + kh * pre->V.sh;
-      for (int j = 0; j < P; j++) {
-        if (j >= pre->hole && j < pre->hole + pp) continue;
-        kp[n0] = kb + (long)j * pre->K.ss, vp[n0] = vb + (long)j * pre->V.ss, n0++;
-      }
-    }
-    const float* kb = K.base + b * K.sb + kh * K.sh;
-    const float* vb = V.base + b * V.sb + kh * V.sh;
-    int nk = n0;
-    for (int j = 0; j < std::min(hole, hl + 1); j++) kp[nk] = kb + (long)j * K.ss, vp[nk] = vb + (long)j * V.ss, nk++;
-    for (int j = hole + p; j <= hl; j++) kp[nk] = kb + (long)j * K.ss, vp[nk] = vb + (long)j * V.ss, nk++;
-    return n0;
-  };
-  // query at cache position hi of row b: how many keys it sees (0 at a padding position)
-  auto visible = [&](int b, int n0, int hi) {
-    const int p = pad ? pad[b] : 0;
-    if (hi >= hole && hi < hole + p) return 0;
-    return n0 + std::min(hole, hi + 1) + std::max(0, hi - (hole + p) + 1);
-  };
+  const KeyList keys{K, V, pad, hole, pre};
+  auto gather = [&](int b, int kh, int hl, const float** kp, const float** vp) { return keys.gather(b, kh, hl, kp, vp); };
+  auto visible = [&](int b, int n0, int hi) { return keys.visible(b, n0, hi); };
 #if TARG_AVX512
   // A decode step (one query per row): the `group` query heads of a kv head see the same keys, so
   // they go through attend_queries together as one block of queries and each key and value is

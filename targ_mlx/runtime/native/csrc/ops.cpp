@@ -22,6 +22,7 @@
 #include "mlx/primitives.h"
 
 #include "amx.h"
+#include "attn_tiles.h"
 #include "bert.h"
 #include "bf16gemm.h"
 #include "k4tiles.h"
@@ -646,15 +647,15 @@ targ::KV cache_view(const array& a, std::shared_ptr<std::vector<float>>& h) {
 
 class Attention : public mx::UnaryPrimitive {
  public:
-  Attention(mx::Stream s, float scale, bool pad, int hole, bool shared, bool shared_pad, int shared_hole)
+  Attention(mx::Stream s, float scale, bool pad, int hole, bool shared, bool shared_pad, int shared_hole, bool tiles)
       : UnaryPrimitive(s), scale_(scale), pad_(pad), hole_(hole), shared_(shared), shared_pad_(shared_pad),
-        shared_hole_(shared_hole) {}
+        shared_hole_(shared_hole), tiles_(tiles) {}
   void eval_cpu(const std::vector<array>& in, array& out) override {
     alloc(out);
     auto& enc = mx::cpu::get_command_encoder(stream());
     auto ins = weak(in);
     enc.dispatch([ins = std::move(ins), out = array::unsafe_weak_copy(out), scale = scale_, pad = pad_, hole = hole_,
-                  shared = shared_, shared_pad = shared_pad_, shared_hole = shared_hole_]() mutable {
+                  shared = shared_, shared_pad = shared_pad_, shared_hole = shared_hole_, tiles = tiles_]() mutable {
       std::shared_ptr<std::vector<float>> hq, hk, hv, hpk, hpv;
       const array &q = ins[0], &k = ins[1], &v = ins[2];
       const float* qp = contiguous_f32(q, hq);
@@ -666,8 +667,11 @@ class Attention : public mx::UnaryPrimitive {
         pre = targ::Shared{cache_view(pk, hpk), cache_view(pv, hpv), ins[at + 2].data<int32_t>(),
                            shared_pad ? ins[at + 3].data<int32_t>() : nullptr, shared_hole, (int)pk.shape(2), (int)pk.shape(0)};
       }
-      targ::attention(qp, K, V, pad ? ins[3].data<int32_t>() : nullptr, hole, q.shape(0), q.shape(1), k.shape(1), q.shape(2),
-                      k.shape(2), q.shape(3), scale, out.data<float>(), shared ? &pre : nullptr);
+      const int32_t* lp = pad ? ins[3].data<int32_t>() : nullptr;
+      const targ::Shared* sp = shared ? &pre : nullptr;
+      const int B = q.shape(0), Hq = q.shape(1), Hkv = k.shape(1), L = q.shape(2), S = k.shape(2), D = q.shape(3);
+      if (!(tiles && targ::attention_tiles(qp, K, V, lp, hole, B, Hq, Hkv, L, S, D, scale, out.data<float>(), sp)))
+        targ::attention(qp, K, V, lp, hole, B, Hq, Hkv, L, S, D, scale, out.data<float>(), sp);
     });
   }
   void eval_gpu(const std::vector<array>&, array&) override { throw std::runtime_error("TargAttention runs on the CPU only"); }
@@ -675,7 +679,7 @@ class Attention : public mx::UnaryPrimitive {
   bool is_equivalent(const Primitive& o) const override {
     auto& p = static_cast<const Attention&>(o);
     return scale_ == p.scale_ && pad_ == p.pad_ && hole_ == p.hole_ && shared_ == p.shared_ && shared_pad_ == p.shared_pad_ &&
-           shared_hole_ == p.shared_hole_;
+           shared_hole_ == p.shared_hole_ && tiles_ == p.tiles_;
   }
  private:
   float scale_;
@@ -683,6 +687,7 @@ class Attention : public mx::UnaryPrimitive {
   int hole_;
   bool shared_, shared_pad_;
   int shared_hole_;
+  bool tiles_;  // a prompt's queries: on AMX-BF16 tiles where granted (attn_tiles.h)
 };
 
 // A flat int32 vector. The caches hand over row maps and paddings that already are one; passing
@@ -695,7 +700,7 @@ array int_vector(const array& a) {
 
 array op_attention(const array& q_, const array& k_, const array& v_, float scale, std::optional<array> left_pad,
                    int hole, std::optional<array> shared_keys, std::optional<array> shared_values,
-                   std::optional<array> shared_rows, std::optional<array> shared_pad, int shared_hole) {
+                   std::optional<array> shared_rows, std::optional<array> shared_pad, int shared_hole, bool tiles) {
   array q = as_f32(q_), k = as_f32(k_), v = as_f32(v_);
   if (q.ndim() != 4 || k.ndim() != 4 || v.shape() != k.shape() || q.shape(0) != k.shape(0) || q.shape(3) != k.shape(3) ||
       q.shape(1) % k.shape(1))
@@ -726,7 +731,8 @@ array op_attention(const array& q_, const array& k_, const array& v_, float scal
     }
   }
   return array(s, mx::float32,
-               std::make_shared<Attention>(cpu_stream(), scale, left_pad.has_value(), hole, shared, shared_pad.has_value(), shared_hole),
+               std::make_shared<Attention>(cpu_stream(), scale, left_pad.has_value(), hole, shared, shared_pad.has_value(), shared_hole,
+                                           tiles),
                ins);
 }
 
@@ -734,7 +740,7 @@ array op_attention(const array& q_, const array& k_, const array& v_, float scal
 // own buffers, any strides), then out (B, L, Hq*D) = the attention of q (B, Hq, L, D) over the
 // first prev + L positions.
 void append_attend(const float* q, const float* kn, const float* vn, int B, int Hq, int Hkv, int L, int D, array& keys,
-                   array& values, int prev, const int32_t* pad, int hole, float scale, float* out) {
+                   array& values, int prev, const int32_t* pad, int hole, float scale, float* out, bool tiles) {
   auto put = [&](const float* src, array& buf) {
     float* base = buf.data<float>();
     const auto& st = buf.strides();
@@ -749,7 +755,9 @@ void append_attend(const float* q, const float* kn, const float* vn, int B, int 
   put(kn, keys);
   put(vn, values);
   std::shared_ptr<std::vector<float>> hk, hv;
-  targ::attention(q, cache_view(keys, hk), cache_view(values, hv), pad, hole, B, Hq, Hkv, L, prev + L, D, scale, out);
+  const targ::KV K = cache_view(keys, hk), V = cache_view(values, hv);
+  if (!(tiles && targ::attention_tiles(q, K, V, pad, hole, B, Hq, Hkv, L, prev + L, D, scale, out)))
+    targ::attention(q, K, V, pad, hole, B, Hq, Hkv, L, prev + L, D, scale, out);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -763,8 +771,9 @@ void append_attend(const float* q, const float* kn, const float* vn, int B, int 
 // weights; outputs: x (B, L, H), keys, values.
 class DecoderLayer : public mx::Primitive {
  public:
-  DecoderLayer(mx::Stream s, PreSpec pre, PostSpec post, float scale, bool pad, int hole, int prev)
-      : Primitive(s), pre_(std::move(pre)), post_(std::move(post)), scale_(scale), pad_(pad), hole_(hole), prev_(prev) {}
+  DecoderLayer(mx::Stream s, PreSpec pre, PostSpec post, float scale, bool pad, int hole, int prev, bool tiles)
+      : Primitive(s), pre_(std::move(pre)), post_(std::move(post)), scale_(scale), pad_(pad), hole_(hole), prev_(prev),
+        tiles_(tiles) {}
   void eval_cpu(const std::vector<array>& in, std::vector<array>& outs) override {
     const int at = pre_.inputs();
     alloc(outs[0]);
@@ -773,7 +782,7 @@ class DecoderLayer : public mx::Primitive {
     auto& enc = mx::cpu::get_command_encoder(stream());
     auto ins = weak(in), os = weak(outs);
     enc.dispatch([ins = std::move(ins), os = std::move(os), pre = pre_, post = post_, scale = scale_, pad = pad_, hole = hole_,
-                  prev = prev_, at]() mutable {
+                  prev = prev_, tiles = tiles_, at]() mutable {
       std::shared_ptr<std::vector<float>> hx;
       const array& x = ins[0];
       const int B = x.shape(0), L = x.shape(1), H = x.shape(2), M = B * L;
@@ -781,13 +790,14 @@ class DecoderLayer : public mx::Primitive {
           a((size_t)M * pre.hq * pre.d);
       pre_run(pre, ins.data(), q.p, k.p, v.p);
       append_attend(q.p, k.p, v.p, B, pre.hq, pre.hkv, L, pre.d, os[1], os[2], prev, pad ? ins[at + 2].data<int32_t>() : nullptr,
-                    hole, scale, a.p);
+                    hole, scale, a.p, tiles);
       post_run(post, a.p, contiguous_f32(x, hx), M, H, &ins[at + 2 + pad], os[0].data<float>());
     });
   }
   bool is_equivalent(const Primitive& o) const override {
     auto& p = static_cast<const DecoderLayer&>(o);
-    return pre_ == p.pre_ && post_ == p.post_ && scale_ == p.scale_ && pad_ == p.pad_ && hole_ == p.hole_ && prev_ == p.prev_;
+    return pre_ == p.pre_ && post_ == p.post_ && scale_ == p.scale_ && pad_ == p.pad_ && hole_ == p.hole_ && prev_ == p.prev_ &&
+           tiles_ == p.tiles_;
   }
   TARG_PRIMITIVE_COMMON(TargDecoderLayer)
  private:
@@ -796,6 +806,7 @@ class DecoderLayer : public mx::Primitive {
   float scale_;
   bool pad_;
   int hole_, prev_;
+  bool tiles_;  // a prompt's queries (attn_tiles.h)
 };
 
 std::tuple<array, array, array> op_decoder_layer(
@@ -804,7 +815,7 @@ std::tuple<array, array, array> op_decoder_layer(
     bool traditional, const array& keys, const array& values, int prev, float scale, std::optional<array> left_pad, int hole,
     int o_form, std::vector<array> o, std::optional<array> o_bias, const array& norm_post, float eps_post,
     std::vector<int> gu_forms, std::vector<array> gu, std::optional<array> gu_bias, int down_form, std::vector<array> down,
-    std::optional<array> down_bias) {
+    std::optional<array> down_bias, bool tiles) {
   array x = as_f32(x_);
   auto ins = pre_inputs("decoder_layer", x, norm_in, forms, weights, bias, cos_t, sin_t, n_heads, n_kv_heads, head_dim);
   const int B = x.shape(0), L = x.shape(1);
@@ -830,7 +841,7 @@ std::tuple<array, array, array> op_decoder_layer(
           cpu_stream(), PreSpec{eps, std::move(forms), bias.has_value(), n_heads, n_kv_heads, head_dim, traditional},
           PostSpec{eps_post, o_form, o_bias.has_value(), std::move(gu_forms), gu_bias.has_value(), down_form,
                    down_bias.has_value()},
-          scale, left_pad.has_value(), hole, prev),
+          scale, left_pad.has_value(), hole, prev, tiles),
       ins);
   return {outs[0], outs[1], outs[2]};
 }
@@ -1105,15 +1116,16 @@ NB_MODULE(_targ_native, m) {
   m.def("attention", &op_attention, nb::arg("q"), nb::arg("keys"), nb::arg("values"), nb::arg("scale"),
         nb::arg("left_pad") = nb::none(), nb::arg("hole") = 0, nb::arg("shared_keys") = nb::none(),
         nb::arg("shared_values") = nb::none(), nb::arg("shared_rows") = nb::none(), nb::arg("shared_pad") = nb::none(),
-        nb::arg("shared_hole") = 0,
+        nb::arg("shared_hole") = 0, nb::arg("tiles") = false,
         "softmax(q k^T * scale) v per row, hiding keys [hole, hole + left_pad[b]) and future positions; "
-        "with shared_keys, row b first attends to row shared_rows[b] of them (a prompt shared by several rows)");
+        "with shared_keys, row b first attends to row shared_rows[b] of them (a prompt shared by several rows); "
+        "tiles: a prompt's queries, on AMX-BF16 tiles where granted (bfloat16 products)");
   m.def("decoder_layer", &op_decoder_layer, nb::arg("x"), nb::arg("norm"), nb::arg("eps"), nb::arg("forms"),
         nb::arg("weights"), nb::arg("bias").none(), nb::arg("cos"), nb::arg("sin"), nb::arg("n_heads"), nb::arg("n_kv_heads"),
         nb::arg("head_dim"), nb::arg("traditional"), nb::arg("keys"), nb::arg("values"), nb::arg("prev"), nb::arg("scale"),
         nb::arg("left_pad").none(), nb::arg("hole"), nb::arg("o_form"), nb::arg("o"), nb::arg("o_bias").none(),
         nb::arg("norm_post"), nb::arg("eps_post"), nb::arg("gate_up_forms"), nb::arg("gate_up"), nb::arg("gate_up_bias").none(),
-        nb::arg("down_form"), nb::arg("down"), nb::arg("down_bias").none(),
+        nb::arg("down_form"), nb::arg("down"), nb::arg("down_bias").none(), nb::arg("tiles") = false,
         "a decoder layer as one node, writing k and v into the cache's buffers in place: (x, keys, values)");
   m.def("select", &op_select, nb::arg("logits"), nb::arg("inv_temp"), nb::arg("u"),
         "(token, entropy, gap, logprob) per row; inv_temp 0 = greedy");
@@ -1141,6 +1153,8 @@ NB_MODULE(_targ_native, m) {
   m.def("threads", [] { return targ::pool().size(); });
   m.def("amx_status", [] { return targ::amx_grant().why; },
         "whether AMX tiles multiply at prefill in this process, and why not where they do not");
+  m.def("prompt_attention_tiles", [](int head_dim) { return targ::attention_tiles_take(head_dim); }, nb::arg("head_dim"),
+        "whether a prompt's attention (attention(..., tiles=True)) runs on AMX-BF16 tiles here at this head size");
   m.def("set_amx", &set_amx, nb::arg("mode"),
         "the prefill kernels' engine: 'amx' (AMX tiles, where granted), 'vnni', or 'ref' (the plain C++ tile "
         "engine, for tests); returns the previous one");
