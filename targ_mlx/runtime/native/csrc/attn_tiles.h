@@ -1,8 +1,8 @@
 // A prompt's attention on AMX-BF16 tiles: q k^T and p v in TDPBF16PS (bfloat16 operands, float32
 // sums), the softmax in float32 (bf16gemm.h's bf16_softmax_row). At 1,024 tokens it runs the
-// 1.5B's causal attention ~4x and SmolLM2's ~2.9x faster than layers.h's float32 `attention`,
-// where attention was 18% and 37% of their prefills (scripts/kernels/
-// bench_prefill_attention_bf16.cpp; BENCHMARKS.md, row "a prompt's attention on AMX-BF16 tiles").
+// 1.5B's causal attention ~4.3x and SmolLM2's ~2.4x faster than layers.h's float32 `attention`,
+// where attention was 18% and 37% of their prefills (scripts/kernels/bench_prefill_attention.cpp;
+// BENCHMARKS.md, row "a prompt's attention on AMX-BF16 tiles").
 //
 // Which queries take it is the caller's word, not the shape's: the queries of a prompt (a
 // prefill, `tiles`), never a decode step or a chunk of guessed tokens, which stay on `attention`.
