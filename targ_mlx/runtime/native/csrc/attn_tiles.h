@@ -33,26 +33,11 @@ inline bool attention_tiles_take(int D) {
 // n keys (pointers kp/vp to D floats each) as the tiles' B operands, n32 columns (zero past n):
 // keys as [D / 2][n32] pairs along the head dimension, values as [n32 / 2][D] pairs along the keys.
 inline void tile_keys(const float* const* kp, const float* const* vp, int n, int n32, int D, uint16_t* kb, uint16_t* vb) {
-  auto bf32 = [](const float* x) { return (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + 16), _mm512_loadu_ps(x)); };
-  uint32_t* k32 = reinterpret_cast<uint32_t*>(kb);
-  uint32_t* v32 = reinterpret_cast<uint32_t*>(vb);
   std::fill(kb, kb + (size_t)D * n32, 0);
   std::fill(vb + (size_t)(n / 2) * D * 2, vb + (size_t)D * n32, 0);
-  for (int j = 0; j < n; j++)
-    for (int d = 0; d < D; d += 32) {
-      alignas(64) uint32_t pairs[16];
-      _mm512_store_si512(pairs, bf32(kp[j] + d));
-      for (int p = 0; p < 16; p++) k32[(size_t)(d / 2 + p) * n32 + j] = pairs[p];
-    }
-  const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37, 5,
-                                      36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
-  const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+  for (int j = 0; j < n; j++) bf16_key_column(kp[j], D, n32, j, reinterpret_cast<uint32_t*>(kb));
   for (int j = 0; j < n; j += 2)
-    for (int d = 0; d < D; d += 32) {
-      const __m512i a = bf32(vp[j] + d), b = j + 1 < n ? bf32(vp[j + 1] + d) : _mm512_setzero_si512();
-      _mm512_storeu_si512(v32 + (size_t)(j / 2) * D + d, _mm512_permutex2var_epi16(a, lo, b));
-      _mm512_storeu_si512(v32 + (size_t)(j / 2) * D + d + 16, _mm512_permutex2var_epi16(a, hi, b));
-    }
+    bf16_value_pair(vp[j], j + 1 < n ? vp[j + 1] : nullptr, D, reinterpret_cast<uint32_t*>(vb) + (size_t)(j / 2) * D);
 }
 
 // Up to 16 queries (rows ld_q apart) of one head; query r sees the first nq[r] of the ld keys in
@@ -64,9 +49,7 @@ inline void tile_queries(const float* q, size_t ld_q, int qn, const int* nq, con
   const int n32 = (n + 31) / 32 * 32;
   for (int r = 0; r < 16; r++)
     for (int d = 0; d < D; d += 32)
-      _mm512_storeu_si512(qb + (size_t)r * D + d,
-                          r < qn ? (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(q + r * ld_q + d + 16), _mm512_loadu_ps(q + r * ld_q + d))
-                                 : _mm512_setzero_si512());
+      _mm512_storeu_si512(qb + (size_t)r * D + d, r < qn ? bf16x32(q + r * ld_q + d) : _mm512_setzero_si512());
   const size_t ks_stride = (size_t)16 * ld * 2;  // a k-step (32 dimensions) of kb
   for (int j = 0; j < n32; j += 32) {
     HwTiles::zero<0>();
@@ -165,5 +148,13 @@ inline bool attention_tiles(const float*, const KV&, const KV&, const int32_t*, 
   return false;
 }
 #endif
+
+// One attention call: a prompt's queries (`tiles`) on the tiles where they take them, else, and
+// every other call, layers.h's float32 `attention`.
+inline void attention_of(bool tiles, const float* q, const KV& K, const KV& V, const int32_t* pad, int hole, int B, int Hq,
+                         int Hkv, int L, int S, int D, float scale, float* out, const Shared* pre = nullptr) {
+  if (!(tiles && attention_tiles(q, K, V, pad, hole, B, Hq, Hkv, L, S, D, scale, out, pre)))
+    attention(q, K, V, pad, hole, B, Hq, Hkv, L, S, D, scale, out, pre);
+}
 
 }  // namespace targ

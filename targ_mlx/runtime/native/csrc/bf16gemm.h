@@ -91,6 +91,9 @@ inline void bf16_rows(int mr, const uint16_t* a, size_t lda, const uint16_t* w, 
   }
 }
 
+// 32 floats as bfloat16 (round to nearest even), in order.
+inline __m512i bf16x32(const float* x) { return (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + 16), _mm512_loadu_ps(x)); }
+
 // x (M, K) float32 -> bfloat16 rows, round to nearest even, 32 at a time.
 inline void bf16_rows_of(const float* x, int M, int K, uint16_t* out) {
   parallel_range(M, 1, 64, [&](int r0, int r1) {
@@ -99,7 +102,7 @@ inline void bf16_rows_of(const float* x, int M, int K, uint16_t* out) {
       uint16_t* o = out + (size_t)r * K;
       int k = 0;
       for (; k + 32 <= K; k += 32)
-        _mm512_storeu_si512(o + k, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(xr + k + 16), _mm512_loadu_ps(xr + k)));
+        _mm512_storeu_si512(o + k, bf16x32(xr + k));
       for (; k < K; k++) o[k] = bf16_round(xr[k]);
     }
   });
@@ -218,6 +221,30 @@ inline void bf16_linear(const float* x, int M, int K, const uint16_t* w, int N, 
     }
   });
 }
+
+// The attention operands' layouts (the encoder's and a prompt's, attn_tiles.h): key j's D values
+// as pairs (d, d + 1) into column j of k32 ([D / 2][n32] pairs along the head dimension) ...
+inline void bf16_key_column(const float* k, int D, int n32, int j, uint32_t* k32) {
+  for (int d = 0; d < D; d += 32) {
+    alignas(64) uint32_t pairs[16];
+    _mm512_store_si512(pairs, bf16x32(k + d));
+    for (int p = 0; p < 16; p++) k32[(size_t)(d / 2 + p) * n32 + j] = pairs[p];
+  }
+}
+
+// ... and the values of keys j and j + 1 (v1 null: past the last key, zeros) interleaved into
+// row j / 2 of v32 ([n32 / 2][D] pairs along the keys).
+inline void bf16_value_pair(const float* v0, const float* v1, int D, uint32_t* row) {
+  const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37, 5,
+                                      36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+  const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+  for (int d = 0; d < D; d += 32) {
+    const __m512i a = bf16x32(v0 + d), b = v1 ? bf16x32(v1 + d) : _mm512_setzero_si512();
+    _mm512_storeu_si512(row + d, _mm512_permutex2var_epi16(a, lo, b));
+    _mm512_storeu_si512(row + d + 16, _mm512_permutex2var_epi16(a, hi, b));
+  }
+}
+
 // One row of scores (n of them, in a row of n32) -> its probabilities' numerators exp(scale s -
 // max) as bfloat16 into pr (zero from n to n32: the keys past n weigh nothing), returning
 // 1 / their float32 sum.
@@ -410,10 +437,6 @@ inline void bf16_attention_d(const float* qkv, const int32_t* lengths, int B, in
       pb.resize((size_t)rows * n32);
       // q rows as bfloat16; each key's pairs (d, d + 1) to kp[d / 2][j]; values of keys j and
       // j + 1 interleaved to vp[j / 2][d]. 32 values a conversion.
-      const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6,
-                                          37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
-      const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
-      auto bf32 = [](const float* x) { return (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + 16), _mm512_loadu_ps(x)); };
       uint32_t* kp32 = reinterpret_cast<uint32_t*>(kp.data());
       uint32_t* vp32 = reinterpret_cast<uint32_t*>(vp.data());
       for (int j = 0; j < n; j++) {
@@ -424,20 +447,12 @@ inline void bf16_attention_d(const float* qkv, const int32_t* lengths, int B, in
           for (int part = 0; part < 3; part++)
             for (int d = 0; d < D; d += 16) _mm_prefetch((const char*)(ahead + (size_t)part * H + d), _MM_HINT_T0);
         }
-        for (int d = 0; d < D; d += 32) {
-          _mm512_storeu_si512(qb.data() + (size_t)j * D + d, bf32(row + d));
-          alignas(64) uint32_t pairs[16];
-          _mm512_store_si512(pairs, bf32(row + H + d));
-          for (int p = 0; p < 16; p++) kp32[(size_t)(d / 2 + p) * n32 + j] = pairs[p];
-        }
+        for (int d = 0; d < D; d += 32) _mm512_storeu_si512(qb.data() + (size_t)j * D + d, bf16x32(row + d));
+        bf16_key_column(row + H, D, n32, j, kp32);
       }
       for (int j = 0; j < n; j += 2) {
         const float* v0 = base + (size_t)j * W + 2 * H + h * D;
-        for (int d = 0; d < D; d += 32) {
-          __m512i a = bf32(v0 + d), b = j + 1 < n ? bf32(v0 + W + d) : _mm512_setzero_si512();
-          _mm512_storeu_si512(vp32 + (size_t)(j / 2) * D + d, _mm512_permutex2var_epi16(a, lo, b));
-          _mm512_storeu_si512(vp32 + (size_t)(j / 2) * D + d + 16, _mm512_permutex2var_epi16(a, hi, b));
-        }
+        bf16_value_pair(v0, j + 1 < n ? v0 + W : nullptr, D, vp32 + (size_t)(j / 2) * D);
       }
 #if TARG_AMX_BF16
       if (tiles) {

@@ -429,8 +429,6 @@ inline void attention(const float* q, const KV& K, const KV& V, const int32_t* p
   const int qblocks = (L + QB - 1) / QB;
   const int P = pre ? pre->P : 0;
   const KeyList keys{K, V, pad, hole, pre};
-  auto gather = [&](int b, int kh, int hl, const float** kp, const float** vp) { return keys.gather(b, kh, hl, kp, vp); };
-  auto visible = [&](int b, int n0, int hi) { return keys.visible(b, n0, hi); };
 #if TARG_AVX512
   // A decode step (one query per row): the `group` query heads of a kv head see the same keys, so
   // they go through attend_queries together as one block of queries and each key and value is
@@ -444,9 +442,9 @@ inline void attention(const float* q, const KV& K, const KV& V, const int32_t* p
       std::vector<float> blk_sc((size_t)group * (P + S)), blk_acc((size_t)group * D);
       for (int t = t0; t < t1; t++) {
         const int b = t / Hkv, kh = t % Hkv;
-        const int n0 = gather(b, kh, S - 1, kp.data(), vp.data());
+        const int n0 = keys.gather(b, kh, S - 1, kp.data(), vp.data());
         int nq[QB];
-        std::fill(nq, nq + group, visible(b, n0, S - 1));
+        std::fill(nq, nq + group, keys.visible(b, n0, S - 1));
         const float* q0 = q + ((size_t)b * Hq + (size_t)kh * group) * D;  // L = 1: heads D apart
         float* o0 = out + (size_t)b * ld_out + (size_t)kh * group * D;
         if (D == 64) attend_queries<4>(q0, D, group, nq, kp.data(), vp.data(), scale, o0, D, blk_sc.data(), P + S, blk_acc.data());
@@ -463,9 +461,9 @@ inline void attention(const float* q, const KV& K, const KV& V, const int32_t* p
       int qb = t % qblocks, bh = t / qblocks, b = bh / Hq, h = bh % Hq, kh = h / group;
       // the block's last query sees the most keys; each other query sees a prefix of them
       const int i0 = qb * QB, i1 = std::min(L, (qb + 1) * QB), hl = S - L + i1 - 1;
-      const int n0 = gather(b, kh, hl, kp.data(), vp.data());
+      const int n0 = keys.gather(b, kh, hl, kp.data(), vp.data());
       int nq[QB];
-      for (int i = i0; i < i1; i++) nq[i - i0] = visible(b, n0, S - L + i);
+      for (int i = i0; i < i1; i++) nq[i - i0] = keys.visible(b, n0, S - L + i);
 #if TARG_AVX512
       if (D == 64 || D == 128) {
         const float* q0 = q + (((size_t)b * Hq + h) * L + i0) * D;

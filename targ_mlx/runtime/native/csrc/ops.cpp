@@ -667,11 +667,8 @@ class Attention : public mx::UnaryPrimitive {
         pre = targ::Shared{cache_view(pk, hpk), cache_view(pv, hpv), ins[at + 2].data<int32_t>(),
                            shared_pad ? ins[at + 3].data<int32_t>() : nullptr, shared_hole, (int)pk.shape(2), (int)pk.shape(0)};
       }
-      const int32_t* lp = pad ? ins[3].data<int32_t>() : nullptr;
-      const targ::Shared* sp = shared ? &pre : nullptr;
-      const int B = q.shape(0), Hq = q.shape(1), Hkv = k.shape(1), L = q.shape(2), S = k.shape(2), D = q.shape(3);
-      if (!(tiles && targ::attention_tiles(qp, K, V, lp, hole, B, Hq, Hkv, L, S, D, scale, out.data<float>(), sp)))
-        targ::attention(qp, K, V, lp, hole, B, Hq, Hkv, L, S, D, scale, out.data<float>(), sp);
+      targ::attention_of(tiles, qp, K, V, pad ? ins[3].data<int32_t>() : nullptr, hole, q.shape(0), q.shape(1), k.shape(1),
+                         q.shape(2), k.shape(2), q.shape(3), scale, out.data<float>(), shared ? &pre : nullptr);
     });
   }
   void eval_gpu(const std::vector<array>&, array&) override { throw std::runtime_error("TargAttention runs on the CPU only"); }
@@ -755,9 +752,7 @@ void append_attend(const float* q, const float* kn, const float* vn, int B, int 
   put(kn, keys);
   put(vn, values);
   std::shared_ptr<std::vector<float>> hk, hv;
-  const targ::KV K = cache_view(keys, hk), V = cache_view(values, hv);
-  if (!(tiles && targ::attention_tiles(q, K, V, pad, hole, B, Hq, Hkv, L, prev + L, D, scale, out)))
-    targ::attention(q, K, V, pad, hole, B, Hq, Hkv, L, prev + L, D, scale, out);
+  targ::attention_of(tiles, q, cache_view(keys, hk), cache_view(values, hv), pad, hole, B, Hq, Hkv, L, prev + L, D, scale, out);
 }
 
 // ---------------------------------------------------------------------------------------------
